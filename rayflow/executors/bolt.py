@@ -1,0 +1,155 @@
+"""The bolt task: rebuilds tuples from incoming batches, runs the user's ``execute`` and turns
+acks and fails into acker traffic. User exceptions fail the input; the task keeps running."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..anchoring import anchored_edges, new_id
+from ..collectors import BasicOutputCollector, OutputCollector
+from ..components import BasicBolt, Bolt
+from ..errors import FailedException
+from ..router import Router
+from ..tuple import SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from .base import Executor, logger
+
+__all__ = ["BoltExecutor"]
+
+_TICK_FIELDS = ["rate_secs"]
+_TICK_INDEX = {"rate_secs": 0}
+
+
+class BoltExecutor(Executor):
+    kind = "bolt"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bolt: Bolt | BasicBolt = self.topology.components[self.component_id].component  # type: ignore[assignment]
+        self.basic = isinstance(self.bolt, BasicBolt)
+        self.router = Router(self.topology, self.context)
+        self.collector: OutputCollector | BasicOutputCollector
+        self.collector = BasicOutputCollector(self) if self.basic else OutputCollector(self)
+        # source task -> (component id, {stream: (fields, field index)}), to rebuild tuples.
+        self._sources: dict[int, tuple[str, dict[str, tuple[list[str], dict[str, int]]]]] = {}
+        stream_fields = self.topology.stream_fields()
+        for component_id, streams in stream_fields.items():
+            shapes = {s: (list(f), {name: i for i, name in enumerate(f)}) for s, f in streams.items()}
+            for task in self.context.get_component_tasks(component_id):
+                self._sources[task] = (component_id, shapes)
+        self._process = self.metrics.latency("process_latency_ms")
+        self._execute_latency = self.metrics.latency("execute_latency_ms")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        try:
+            if self.basic:
+                self.bolt.prepare(self.conf.to_conf(), self.context)  # type: ignore[call-arg]
+            else:
+                self.bolt.prepare(self.conf.to_conf(), self.context, self.collector)  # type: ignore[call-arg]
+        except Exception as exc:
+            self.report_error(exc, "prepare raised")
+
+    def cleanup(self) -> None:
+        try:
+            self.bolt.cleanup()
+        except Exception as exc:
+            self.report_error(exc, "cleanup raised")
+        self.outbox.flush()
+
+    # -- input --------------------------------------------------------------------------------
+    def receive(self, payload: tuple[int, list[Any]]) -> None:
+        """Execute a batch of tuples from one source task, then send what they produced."""
+        source_task, items = payload
+        component, shapes = self._sources[source_task]
+        execute = self._execute
+        for stream, values, edges in items:
+            fields, index = shapes[stream]
+            execute(Tuple(values, fields, index, component, stream, source_task, edges))
+        self.outbox.flush()
+
+    def tick(self, freq_secs: float) -> None:
+        self._execute(Tuple([freq_secs], _TICK_FIELDS, _TICK_INDEX, SYSTEM_COMPONENT, TICK_STREAM, -1, None))
+        self.outbox.flush()
+
+    def _execute(self, tup: Tuple) -> None:
+        started = tup.started = time.perf_counter()
+        try:
+            if self.basic:
+                collector: BasicOutputCollector = self.collector  # type: ignore[assignment]
+                collector.input = tup
+                try:
+                    self.bolt.execute(tup, collector)  # type: ignore[call-arg]
+                finally:
+                    collector.input = None
+                self.ack(tup)
+            else:
+                self.bolt.execute(tup)  # type: ignore[call-arg]
+        except FailedException:
+            self.fail(tup)
+        except Exception as exc:
+            self.report_error(exc, f"execute raised on {tup!r}")
+            self.fail(tup)
+        elapsed = time.perf_counter() - started
+        self.metrics.executed += 1
+        self.metrics.busy_secs += elapsed
+        self._execute_latency.add(elapsed)
+
+    # -- output -------------------------------------------------------------------------------
+    def emit(self, stream: str, values: list[Any], anchors: list[Tuple], direct_task: int | None) -> list[int]:
+        router = self.router
+        if direct_task is None:
+            targets = router.targets(stream, values)
+        else:
+            targets = router.direct_target(direct_task, stream, values)
+        self.metrics.emitted += 1
+        self.metrics.transferred += len(targets)
+        if self.debug:
+            logger.info("%s:%d emit %s %r -> %s", self.component_id, self.task_id, stream, values, targets)
+        outbox = self.outbox
+        anchors = [a for a in anchors if a.edges]
+        if not anchors:
+            for task in targets:
+                outbox.tuple(task, stream, values, None)
+        elif len(anchors) == 1:
+            anchor = anchors[0]
+            roots = anchor.edges
+            for task in targets:
+                edge = new_id()
+                anchor.ack_val ^= edge
+                outbox.tuple(task, stream, values, dict.fromkeys(roots, edge))  # type: ignore[arg-type]
+        else:
+            for task in targets:
+                edges, per_anchor = anchored_edges([a.edges for a in anchors])  # type: ignore[misc]
+                for anchor, edge in zip(anchors, per_anchor):
+                    anchor.ack_val ^= edge
+                outbox.tuple(task, stream, values, edges)
+        return list(targets)
+
+    def ack(self, tup: Tuple) -> None:
+        if tup.done:
+            return
+        tup.done = True
+        edges = tup.edges
+        if edges:
+            val = tup.ack_val
+            outbox = self.outbox
+            for root, edge in edges.items():
+                outbox.ack(self.acker_for(root), root, edge ^ val)
+        self.metrics.acked += 1
+        self._process.add(time.perf_counter() - tup.started)
+
+    def fail(self, tup: Tuple) -> None:
+        if tup.done:
+            return
+        tup.done = True
+        if tup.edges:
+            for root in tup.edges:
+                self.outbox.acker(self.acker_for(root)).fails.append(root)
+        self.metrics.failed += 1
+        self._process.add(time.perf_counter() - tup.started)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        if tup.edges:
+            for root in tup.edges:
+                self.outbox.acker(self.acker_for(root)).resets.append(root)

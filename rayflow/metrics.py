@@ -1,0 +1,101 @@
+"""Per-task counters and latency samples, and their sum over a component's tasks."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+__all__ = ["LatencySamples", "TaskMetrics", "merge"]
+
+SAMPLE_SIZE = 4096
+
+
+class LatencySamples:
+    """The most recent latencies (seconds), kept for percentiles, plus an all-time mean."""
+
+    __slots__ = ("recent", "total", "count")
+
+    def __init__(self) -> None:
+        self.recent: deque[float] = deque(maxlen=SAMPLE_SIZE)
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        self.recent.append(seconds)
+        self.total += seconds
+        self.count += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"recent": list(self.recent), "total": self.total, "count": self.count}
+
+
+class TaskMetrics:
+    """What one task counts. ``snapshot`` is what travels to the driver."""
+
+    COUNTERS = ("emitted", "transferred", "acked", "failed", "executed", "errors")
+
+    def __init__(self, component_id: str, kind: str) -> None:
+        self.component_id = component_id
+        self.kind = kind
+        self.emitted = 0
+        self.transferred = 0
+        self.acked = 0
+        self.failed = 0
+        self.executed = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self.latencies: dict[str, LatencySamples] = {}
+        self.busy_secs = 0.0
+        self.started = time.monotonic()
+
+    def latency(self, name: str) -> LatencySamples:
+        samples = self.latencies.get(name)
+        if samples is None:
+            samples = self.latencies[name] = LatencySamples()
+        return samples
+
+    def snapshot(self, **extra: Any) -> dict[str, Any]:
+        snap: dict[str, Any] = {name: getattr(self, name) for name in self.COUNTERS}
+        snap.update(
+            kind=self.kind,
+            last_error=self.last_error,
+            latencies={k: v.snapshot() for k, v in self.latencies.items()},
+            busy_secs=self.busy_secs,
+            uptime_secs=time.monotonic() - self.started,
+        )
+        snap.update(extra)
+        return snap
+
+
+def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
+    recent = sorted(x for s in samples for x in s["recent"])
+    count = sum(s["count"] for s in samples)
+    if not count:
+        return {"mean": 0.0, "p50": 0.0, "p99": 0.0}
+
+    def pct(q: float) -> float:
+        return recent[min(len(recent) - 1, int(q * len(recent)))] * 1000.0 if recent else 0.0
+
+    return {"mean": sum(s["total"] for s in samples) / count * 1000.0, "p50": pct(0.50), "p99": pct(0.99)}
+
+
+LATENCIES = {"spout": ("complete_latency_ms",), "bolt": ("process_latency_ms", "execute_latency_ms")}
+
+
+def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sum one component's task snapshots into the shape ``TopologyHandle.metrics`` returns."""
+    kind = snapshots[0]["kind"]
+    out: dict[str, Any] = {name: sum(s[name] for s in snapshots) for name in TaskMetrics.COUNTERS}
+    out["tasks"] = len(snapshots)
+    errors = [s["last_error"] for s in snapshots if s["last_error"]]
+    out["last_error"] = errors[-1] if errors else None
+    for name in LATENCIES.get(kind, ()):
+        out[name] = _summary([s["latencies"].get(name, {"recent": [], "total": 0.0, "count": 0}) for s in snapshots])
+    if kind == "bolt":
+        # Storm's capacity: the fraction of the time the busiest task spent executing.
+        out["capacity"] = max(s["busy_secs"] / max(s["uptime_secs"], 1e-9) for s in snapshots)
+    if kind == "spout":
+        out["pending"] = sum(s["pending"] for s in snapshots)
+        out["exhausted"] = all(s["exhausted"] for s in snapshots)
+    return out

@@ -1,0 +1,102 @@
+"""Placing a topology on Ray: ``submit_topology`` and ``LocalCluster``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import cloudpickle
+import ray
+
+from ..config import Config
+from ..errors import RayflowError, TopologyError
+from ..topology import Topology
+from .handle import TopologyHandle
+from .task_actor import TaskActor
+
+__all__ = ["LocalCluster", "submit_topology"]
+
+_RemoteTaskActor = ray.remote(TaskActor)
+
+DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
+
+
+def _check_picklable(topology: Topology) -> None:
+    problems = []
+    for cid, spec in topology.components.items():
+        try:
+            cloudpickle.dumps(spec.component)
+        except Exception as exc:
+            problems.append(f"component {cid!r}: cannot be copied to its tasks (pickling failed: {exc})")
+    if problems:
+        raise TopologyError(problems)
+
+
+def submit_topology(
+    name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
+) -> TopologyHandle:
+    """Start ``topology`` on the Ray cluster this process is connected to.
+
+    Every task becomes an actor holding its own copy of its component. With ``active=False``
+    the spouts are not opened until ``handle.activate()``.
+    """
+    if not ray.is_initialized():
+        raise RayflowError("not connected to Ray: call ray.init() first, or use rayflow.LocalCluster()")
+    if not isinstance(topology, Topology):
+        raise TopologyError([f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"])
+    config = Config.of(conf)
+    _check_picklable(topology)
+    layout = topology.task_layout(config.ackers)
+    shared = ray.put(topology)
+    options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000}
+    actors = {task: _RemoteTaskActor.options(**options).remote(shared, config, task, layout) for task in layout}
+    nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()])))
+    ray.get([a.connect.remote(actors, nodes) for a in actors.values()])
+    handle = TopologyHandle(name, actors, layout, {s.id for s in topology.spouts})
+    if active:
+        handle.activate()
+    return handle
+
+
+class LocalCluster:
+    """Run topologies on a local Ray instance.
+
+    Starts Ray (sized for a small machine) unless this process is already connected, and on
+    ``shutdown`` kills the topologies it submitted and stops Ray if it started it.
+    """
+
+    def __init__(self, num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
+        self._handles: list[TopologyHandle] = []
+        self._started_ray = False
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            kwargs: dict[str, Any] = {
+                "num_cpus": num_cpus or os.cpu_count() or 2,
+                "include_dashboard": False,
+                "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,
+                "log_to_driver": False,
+            }
+            kwargs.update(ray_init_kwargs)
+            ray.init(**kwargs)
+            self._started_ray = True
+
+    def submit_topology(
+        self, name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
+    ) -> TopologyHandle:
+        handle = submit_topology(name, conf, topology, active=active)
+        self._handles.append(handle)
+        return handle
+
+    def shutdown(self) -> None:
+        for handle in self._handles:
+            handle.kill()
+        self._handles.clear()
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()

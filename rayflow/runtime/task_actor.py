@@ -1,0 +1,153 @@
+"""``TaskActor``: the Ray actor that runs one task.
+
+It is an asyncio actor, so everything it does runs on one event loop thread and the executor
+needs no locks. What runs there:
+
+- ``push`` (data batches, served one at a time in arrival order under ``_data_lock``; the call
+  returns only once its batch is executed and the results are within the in-flight bound, which
+  is what makes backpressure travel upstream);
+- ``push_control`` (acker traffic, served at once, never behind the data lock);
+- background loops: the spout's ``next_tuple`` loop, the linger flush, message-timeout
+  rotation and tick tuples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from ..config import Config
+from ..context import TopologyContext
+from ..executors import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from ..topology import ACKER_COMPONENT, Topology
+from .transport import RayTransport
+
+__all__ = ["TaskActor"]
+
+logger = logging.getLogger("rayflow")
+
+SPOUT_BURST = 64
+"""``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
+SPOUT_IDLE_SECS = 0.001
+"""How long the spout loop sleeps when it may not or did not emit."""
+
+
+class TaskActor:
+    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str]) -> None:
+        self._topology = topology
+        self._conf = conf
+        self._task_id = task_id
+        self._layout = layout
+        self._executor: Executor | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._running = False
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    async def connect(self, handles: dict[int, Any], task_nodes: dict[int, str]) -> None:
+        """Build the executor once every task's actor exists, prepare it and start the loops."""
+        self._data_lock = asyncio.Lock()
+        context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
+        self._transport = RayTransport(handles, self._conf.max_inflight_batches)
+        component = self._layout[self._task_id]
+        cls: type[Executor]
+        if component == ACKER_COMPONENT:
+            cls = AckerExecutor
+        elif self._topology.components[component].is_spout:
+            cls = SpoutExecutor
+        else:
+            cls = BoltExecutor
+        executor = cls(self._topology, self._conf, context, self._transport.send_data, self._transport.send_control)
+        self._executor = executor
+        self._running = True
+        conf = executor.conf
+        self._start(self._linger_loop(conf.linger_ms / 1000.0))
+        if isinstance(executor, BoltExecutor):
+            executor.prepare()
+            freq = self._topology.components[component].tick_freq_secs
+            if freq:
+                self._start(self._tick_loop(freq))
+        elif isinstance(executor, AckerExecutor):
+            self._start(self._every(conf.message_timeout_secs, executor.rotate))
+        elif isinstance(executor, SpoutExecutor):
+            if executor.tracking and conf.enable_message_timeouts:
+                self._start(self._every(conf.message_timeout_secs, executor.rotate))
+            self._start(self._spout_loop(executor))
+
+    def _start(self, coro: Any) -> None:
+        self._loops.append(asyncio.get_running_loop().create_task(coro))
+
+    # -- incoming calls -----------------------------------------------------------------------
+    async def push(self, payload: bytes) -> None:
+        async with self._data_lock:
+            self._executor.receive(pickle.loads(payload))  # type: ignore[union-attr]
+            await self._transport.relieve()
+
+    async def push_control(self, payload: bytes) -> None:
+        self._executor.receive_control(pickle.loads(payload))  # type: ignore[union-attr]
+
+    async def activate(self) -> None:
+        if isinstance(self._executor, SpoutExecutor):
+            self._executor.activate()
+
+    async def deactivate(self) -> None:
+        if isinstance(self._executor, SpoutExecutor):
+            self._executor.deactivate()
+            self._executor.outbox.flush()
+
+    async def metrics(self) -> dict[str, Any]:
+        assert self._executor is not None
+        return self._executor.snapshot()
+
+    async def shutdown(self) -> None:
+        """Stop the loops, then close the spout or clean up the bolt."""
+        self._running = False
+        for task in self._loops:
+            task.cancel()
+        executor = self._executor
+        if executor is None:
+            return
+        async with self._data_lock:
+            if isinstance(executor, SpoutExecutor):
+                executor.deactivate()
+                executor.close()
+            elif isinstance(executor, BoltExecutor):
+                executor.cleanup()
+            executor.outbox.flush()
+
+    # -- background loops ---------------------------------------------------------------------
+    async def _spout_loop(self, executor: SpoutExecutor) -> None:
+        while self._running:
+            if executor.wants_next_tuple():
+                emitted = executor.run_burst(SPOUT_BURST)
+                await self._transport.relieve()
+                await asyncio.sleep(0 if emitted else SPOUT_IDLE_SECS)
+            else:
+                await asyncio.sleep(SPOUT_IDLE_SECS)
+
+    async def _linger_loop(self, linger_secs: float) -> None:
+        while self._running:
+            await asyncio.sleep(linger_secs)
+            executor = self._executor
+            if executor is not None and not executor.outbox.is_empty():
+                executor.outbox.flush()
+
+    async def _every(self, secs: float, action: Callable[[], None]) -> None:
+        while self._running:
+            await asyncio.sleep(secs)
+            action()
+
+    async def _tick_loop(self, freq_secs: float) -> None:
+        executor = self._executor
+        assert isinstance(executor, BoltExecutor)
+        while self._running:
+            await asyncio.sleep(freq_secs)
+            async with self._data_lock:
+                executor.tick(freq_secs)
+                await self._transport.relieve()

@@ -1,0 +1,38 @@
+"""One Ray cluster for the whole test session, sized for a 2-core machine."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """Start Ray once; yields the GCS address (for subprocesses that join with --address)."""
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=300 * 1024 * 1024,
+        log_to_driver=False,
+    )
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 20.0, interval: float = 0.05) -> bool:
+    """Poll ``check`` until it is true or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()
