@@ -84,10 +84,10 @@ class BasicOutputCollector:
         self.input: Tuple | None = None
 
     def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._executor.emit(stream, values, [self.input] if self.input else [], None)
+        return self._executor.emit(stream, values, [self.input] if self.input is not None else [], None)
 
     def emit_direct(self, task_id: int, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
-        self._executor.emit(stream, values, [self.input] if self.input else [], task_id)
+        self._executor.emit(stream, values, [self.input] if self.input is not None else [], task_id)
 
     def reset_timeout(self, tup: Tuple) -> None:
         self._executor.reset_timeout(tup)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
 
@@ -37,6 +37,15 @@ class Config(BaseModel):
     task_cpus: float = Field(0.01, ge=0, alias="rayflow.task.cpus")
     """Ray CPU resource reserved per task actor: fractional so small machines place topologies."""
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _raise_config_error(cls, data: Any, handler: Any) -> Any:
+        """Every way of making or changing a ``Config`` reports bad values as ``ConfigError``."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None
+
     @classmethod
     def of(cls, conf: Config | dict[str, Any] | None) -> Config:
         """Coerce a ``Config``, a dict (field names or Storm keys) or ``None`` into a ``Config``."""
@@ -46,17 +55,15 @@ class Config(BaseModel):
             return conf
         if not isinstance(conf, dict):
             raise ConfigError(f"config must be a Config or a dict, not {type(conf).__name__}")
-        try:
-            return cls.model_validate(conf)
-        except ValidationError as exc:
-            raise ConfigError(_describe(exc)) from None
+        return cls.model_validate(conf)
 
     def merged(self, overrides: dict[str, Any] | None) -> Config:
         """A copy with ``overrides`` (field names or Storm keys) applied on top."""
         if not overrides:
             return self
-        base = self.model_dump(by_alias=True)
-        base.update(overrides)
+        names = {f.alias: name for name, f in type(self).model_fields.items() if f.alias}
+        base = self.model_dump()
+        base.update({names.get(k, k): v for k, v in overrides.items()})
         return Config.of(base)
 
     def to_conf(self) -> dict[str, Any]:

@@ -142,7 +142,7 @@ class FieldsGrouping(Grouping):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if len(self._positions) == 1:
             v = values[self._positions[0]]
-            h = zlib.crc32(v.encode()) if isinstance(v, str) else stable_hash((v,))
+            h = zlib.crc32(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) else stable_hash((v,))
         else:
             h = stable_hash([values[p] for p in self._positions])
         return self._singles[h % len(self._singles)]
@@ -159,10 +159,13 @@ class PartialKeyGrouping(FieldsGrouping):
         self._load = [0] * len(self.targets)
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
-        key = [values[p] for p in self._positions]
+        h = stable_hash([values[p] for p in self._positions])
         n = len(self._singles)
-        first = stable_hash(key, 0x9E3779B9) % n
-        second = stable_hash(key, 0x85EBCA6B) % n
+        # The second candidate is another task, picked by the hash's high part. (Two CRCs of
+        # the key with different seeds would not do: CRC is affine, so their difference hardly
+        # depends on the key and most keys would get the same task twice.)
+        first = h % n
+        second = (first + 1 + (h // n) % (n - 1)) % n if n > 1 else first
         pick = first if self._load[first] <= self._load[second] else second
         self._load[pick] += 1
         return self._singles[pick]

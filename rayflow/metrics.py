@@ -88,6 +88,8 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     kind = snapshots[0]["kind"]
     out: dict[str, Any] = {name: sum(s[name] for s in snapshots) for name in TaskMetrics.COUNTERS}
     out["tasks"] = len(snapshots)
+    for name in ("calls_in", "calls_out"):
+        out[name] = sum(s.get(name, 0) for s in snapshots)
     errors = [s["last_error"] for s in snapshots if s["last_error"]]
     out["last_error"] = errors[-1] if errors else None
     for name in LATENCIES.get(kind, ()):

@@ -3,6 +3,7 @@ against the component's declared streams."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .context import TopologyContext
@@ -13,8 +14,12 @@ from .topology import Topology
 __all__ = ["Router"]
 
 
+def _no_targets(task_id: int, values: list[Any]) -> list[int]:
+    return []
+
+
 class _Route:
-    __slots__ = ("stream", "arity", "direct", "groupings", "direct_targets")
+    __slots__ = ("stream", "arity", "direct", "groupings", "direct_targets", "choose")
 
     def __init__(self, stream: str, arity: int, direct: bool) -> None:
         self.stream = stream
@@ -22,6 +27,22 @@ class _Route:
         self.direct = direct
         self.groupings: list[Grouping] = []
         self.direct_targets: set[int] = set()
+        self.choose: Callable[[int, list[Any]], list[int]] = _no_targets
+
+    def seal(self) -> None:
+        """Pick the cheapest way to choose targets for this stream's subscribers."""
+        groupings = self.groupings
+        if len(groupings) == 1:
+            self.choose = groupings[0].choose_tasks
+        elif groupings:
+
+            def choose(task_id: int, values: list[Any]) -> list[int]:
+                chosen: list[int] = []
+                for grouping in groupings:
+                    chosen.extend(grouping.choose_tasks(task_id, values))
+                return chosen
+
+            self.choose = choose
 
 
 class Router:
@@ -41,6 +62,8 @@ class Router:
                 else:
                     grouping.prepare(context, StreamId(self.component_id, stream), targets)
                     route.groupings.append(grouping)
+        for route in self._routes.values():
+            route.seal()
 
     def _route(self, stream: str, values: list[Any]) -> _Route:
         route = self._routes.get(stream)
@@ -57,19 +80,13 @@ class Router:
         return route
 
     def targets(self, stream: str, values: list[Any]) -> list[int]:
-        """The tasks a regular emit on ``stream`` goes to."""
+        """The tasks a regular emit on ``stream`` goes to. The list may be shared: do not
+        modify it."""
+        route = self._routes.get(stream)
+        if route is not None and len(values) == route.arity and not route.direct:
+            return route.choose(self.task_id, values)
         route = self._route(stream, values)
-        if route.direct:
-            raise EmitError(
-                f"{self.component_id!r} stream {stream!r} is direct: use emit_direct(task_id, ...)"
-            )
-        groupings = route.groupings
-        if len(groupings) == 1:
-            return groupings[0].choose_tasks(self.task_id, values)
-        chosen: list[int] = []
-        for grouping in groupings:
-            chosen.extend(grouping.choose_tasks(self.task_id, values))
-        return chosen
+        raise EmitError(f"{self.component_id!r} stream {stream!r} is direct: use emit_direct(task_id, ...)")
 
     def direct_target(self, task_id: int, stream: str, values: list[Any]) -> list[int]:
         """``[task_id]`` if an ``emit_direct`` to it on ``stream`` is allowed."""

@@ -179,8 +179,8 @@ class TopologyBuilder:
             self._problems.append(f"component id {spec.id!r}: ids starting with '__' are reserved")
         elif spec.id in self._specs:
             self._problems.append(f"duplicate component id {spec.id!r}")
-            return
-        self._specs[spec.id] = spec
+        else:
+            self._specs[spec.id] = spec
 
     def create_topology(self) -> Topology:
         """Return the topology, or raise one ``TopologyError`` listing every problem found."""

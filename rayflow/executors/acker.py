@@ -42,7 +42,6 @@ class AckerExecutor(Executor):
             if spout_task is not None:
                 self.outbox.spout(spout_task).resets.append(root)
         self.metrics.executed += len(inits) + len(acks) + len(fails) + len(resets)
-        self.outbox.flush_control()
 
     def rotate(self) -> None:
         self.ledger.rotate()

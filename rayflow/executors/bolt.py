@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..anchoring import anchored_edges, new_id
+from ..anchoring import _getrandbits, anchored_edges, new_id
 from ..collectors import BasicOutputCollector, OutputCollector
 from ..components import BasicBolt, Bolt
 from ..errors import FailedException
@@ -16,8 +16,8 @@ from .base import Executor, logger
 
 __all__ = ["BoltExecutor"]
 
-_TICK_FIELDS = ["rate_secs"]
-_TICK_INDEX = {"rate_secs": 0}
+_TICK_SOURCE = -1
+_TICK_SHAPES = {TICK_STREAM: (["rate_secs"], {"rate_secs": 0})}
 
 
 class BoltExecutor(Executor):
@@ -37,6 +37,7 @@ class BoltExecutor(Executor):
             shapes = {s: (list(f), {name: i for i, name in enumerate(f)}) for s, f in streams.items()}
             for task in self.context.get_component_tasks(component_id):
                 self._sources[task] = (component_id, shapes)
+        self._sources[_TICK_SOURCE] = (SYSTEM_COMPONENT, _TICK_SHAPES)
         self._process = self.metrics.latency("process_latency_ms")
         self._execute_latency = self.metrics.latency("execute_latency_ms")
 
@@ -59,71 +60,77 @@ class BoltExecutor(Executor):
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, payload: tuple[int, list[Any]]) -> None:
-        """Execute a batch of tuples from one source task, then send what they produced."""
+        """Execute a batch of tuples from one source task, then send what they produced.
+
+        This loop is the hot path of every bolt: it is written flat on purpose (locals, no
+        per-tuple helper calls beyond the user's ``execute``)."""
         source_task, items = payload
         component, shapes = self._sources[source_task]
-        execute = self._execute
+        basic = self.basic
+        execute = self.bolt.execute
+        collector = self.collector
+        perf = time.perf_counter
+        record_execute = self._execute_latency.add
+        busy = 0.0
         for stream, values, edges in items:
             fields, index = shapes[stream]
-            execute(Tuple(values, fields, index, component, stream, source_task, edges))
+            tup = Tuple(values, fields, index, component, stream, source_task, edges)
+            started = tup.started = perf()
+            try:
+                if basic:
+                    collector.input = tup  # type: ignore[union-attr]
+                    execute(tup, collector)  # type: ignore[call-arg]
+                    self.ack(tup)
+                else:
+                    execute(tup)  # type: ignore[call-arg]
+            except FailedException:
+                self.fail(tup)
+            except Exception as exc:
+                self.report_error(exc, f"execute raised on {tup!r}")
+                self.fail(tup)
+            elapsed = perf() - started
+            busy += elapsed
+            record_execute(elapsed)
+        self.metrics.executed += len(items)
+        self.metrics.busy_secs += busy
         self.outbox.flush()
 
     def tick(self, freq_secs: float) -> None:
-        self._execute(Tuple([freq_secs], _TICK_FIELDS, _TICK_INDEX, SYSTEM_COMPONENT, TICK_STREAM, -1, None))
-        self.outbox.flush()
-
-    def _execute(self, tup: Tuple) -> None:
-        started = tup.started = time.perf_counter()
-        try:
-            if self.basic:
-                collector: BasicOutputCollector = self.collector  # type: ignore[assignment]
-                collector.input = tup
-                try:
-                    self.bolt.execute(tup, collector)  # type: ignore[call-arg]
-                finally:
-                    collector.input = None
-                self.ack(tup)
-            else:
-                self.bolt.execute(tup)  # type: ignore[call-arg]
-        except FailedException:
-            self.fail(tup)
-        except Exception as exc:
-            self.report_error(exc, f"execute raised on {tup!r}")
-            self.fail(tup)
-        elapsed = time.perf_counter() - started
-        self.metrics.executed += 1
-        self.metrics.busy_secs += elapsed
-        self._execute_latency.add(elapsed)
+        """Deliver a tick tuple (untracked; acking or failing it is harmless)."""
+        self.receive((_TICK_SOURCE, [(TICK_STREAM, [freq_secs], None)]))
 
     # -- output -------------------------------------------------------------------------------
     def emit(self, stream: str, values: list[Any], anchors: list[Tuple], direct_task: int | None) -> list[int]:
-        router = self.router
         if direct_task is None:
-            targets = router.targets(stream, values)
+            targets = self.router.targets(stream, values)
         else:
-            targets = router.direct_target(direct_task, stream, values)
-        self.metrics.emitted += 1
-        self.metrics.transferred += len(targets)
+            targets = self.router.direct_target(direct_task, stream, values)
+        metrics = self.metrics
+        metrics.emitted += 1
+        metrics.transferred += len(targets)
         if self.debug:
             logger.info("%s:%d emit %s %r -> %s", self.component_id, self.task_id, stream, values, targets)
-        outbox = self.outbox
+        send = self.outbox.tuple
+        if len(anchors) == 1:
+            anchor = anchors[0]
+            roots = anchor.edges
+            if roots:
+                for task in targets:
+                    edge = _getrandbits(64) or new_id()
+                    anchor.ack_val ^= edge
+                    send(task, stream, values, dict.fromkeys(roots, edge))
+                return list(targets)
+            anchors = []
         anchors = [a for a in anchors if a.edges]
         if not anchors:
             for task in targets:
-                outbox.tuple(task, stream, values, None)
-        elif len(anchors) == 1:
-            anchor = anchors[0]
-            roots = anchor.edges
-            for task in targets:
-                edge = new_id()
-                anchor.ack_val ^= edge
-                outbox.tuple(task, stream, values, dict.fromkeys(roots, edge))  # type: ignore[arg-type]
+                send(task, stream, values, None)
         else:
             for task in targets:
                 edges, per_anchor = anchored_edges([a.edges for a in anchors])  # type: ignore[misc]
                 for anchor, edge in zip(anchors, per_anchor):
                     anchor.ack_val ^= edge
-                outbox.tuple(task, stream, values, edges)
+                send(task, stream, values, edges)
         return list(targets)
 
     def ack(self, tup: Tuple) -> None:
@@ -133,9 +140,10 @@ class BoltExecutor(Executor):
         edges = tup.edges
         if edges:
             val = tup.ack_val
-            outbox = self.outbox
+            ack = self.outbox.ack
+            ackers = self.acker_tasks
             for root, edge in edges.items():
-                outbox.ack(self.acker_for(root), root, edge ^ val)
+                ack(ackers[root % len(ackers)], root, edge ^ val)
         self.metrics.acked += 1
         self._process.add(time.perf_counter() - tup.started)
 

@@ -20,7 +20,8 @@ logger = logging.getLogger("rayflow")
 
 
 class RayTransport:
-    def __init__(self, handles: dict[int, Any], max_inflight: int) -> None:
+    def __init__(self, handles: dict[int, Any], max_inflight: int, own_task: int) -> None:
+        self._own_task = own_task
         self._data = {task: h.push for task, h in handles.items()}
         self._control = {task: h.push_control for task, h in handles.items()}
         self._inflight: dict[tuple[int, bool], deque[Any]] = {}
@@ -43,6 +44,12 @@ class RayTransport:
     async def relieve(self) -> None:
         """Wait until no destination has more than ``max_inflight`` calls outstanding."""
         for (dest, control), queue in self._inflight.items():
+            if dest == self._own_task:
+                # A bolt fed by its own stream: waiting on itself would deadlock. Forget the
+                # oldest calls instead (a lost batch shows up as timed-out trees).
+                while len(queue) > self._max:
+                    queue.popleft()
+                continue
             while len(queue) > self._max:
                 try:
                     await queue.popleft()

@@ -1,0 +1,94 @@
+"""``${...}`` placeholders, replaced in a file's text before it is parsed (as Storm's Flux does).
+
+``${ENV-NAME}`` takes the environment variable ``NAME``; ``${key}`` takes ``key`` from the
+properties (``--set key=value`` and ``--properties FILE``); ``$${...}`` is a literal ``${...}``.
+Values are inserted as text, so ``parallelism: ${par}`` with ``par=2`` reads as the integer 2.
+
+A placeholder that cannot be replaced (unset, or a value spanning lines, which would shift every
+line number after it) is swapped for a plain token instead. The parser restores the token and
+reports it with the line and path where it sits, so a placeholder inside a comment costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Placeholders", "read_properties", "substitute"]
+
+ENV_PREFIX = "ENV-"
+_PLACEHOLDER = re.compile(r"\$(\$?)\{([^{}\n]*)\}")
+_TOKEN = re.compile(r"__rayflow_placeholder_(\d+)__")
+
+
+@dataclass
+class Placeholders:
+    """The placeholders of one file left for the parser: original text and, if unresolved, why."""
+
+    originals: list[str] = field(default_factory=list)
+    problems: list[str | None] = field(default_factory=list)
+
+    def token(self, original: str, problem: str | None) -> str:
+        self.originals.append(original)
+        self.problems.append(problem)
+        return f"__rayflow_placeholder_{len(self.originals) - 1}__"
+
+    def restore(self, text: str) -> tuple[str, list[str]]:
+        """``text`` with its tokens turned back into what was written, and the problems they carry."""
+        if "__rayflow_placeholder_" not in text:
+            return text, []
+        found: list[str] = []
+
+        def back(match: re.Match[str]) -> str:
+            i = int(match.group(1))
+            if self.problems[i] is not None:
+                found.append(self.problems[i])
+            return self.originals[i]
+
+        return _TOKEN.sub(back, text), found
+
+
+def substitute(text: str, properties: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, Placeholders]:
+    """Replace every ``${...}`` that can be; tokens stand in for the rest (see the module doc)."""
+    left = Placeholders()
+
+    def replace(match: re.Match[str]) -> str:
+        escaped, name = match.group(1), match.group(2).strip()
+        if escaped:
+            return left.token(match.group(0)[1:], None)
+        value, problem = _lookup(name, properties, environ)
+        if problem is None and ("\n" in value or "\r" in value):
+            problem = f"the value of ${{{name}}} spans several lines; only single-line values can be substituted"
+        return left.token(match.group(0), problem) if problem else value
+
+    return _PLACEHOLDER.sub(replace, text), left
+
+
+def _lookup(name: str, properties: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str | None]:
+    if not name:
+        return "", "empty placeholder ${}: write ${key} or ${ENV-NAME}"
+    if name.startswith(ENV_PREFIX):
+        var = name[len(ENV_PREFIX) :]
+        if var in environ:
+            return environ[var], None
+        return "", f"unresolved ${{{name}}}: environment variable {var} is not set"
+    if name in properties:
+        return str(properties[name]), None
+    return "", f"unresolved ${{{name}}}: pass --set {name}=VALUE or define it in a --properties file"
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java-style properties file: ``key=value`` or ``key: value`` lines, ``#``/``!``
+    comments. Raises ``ValueError`` naming the line of anything else."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", line)
+        if match is None:
+            raise ValueError(f"{path}:{number}: expected key=value, got {raw!r}")
+        props[match.group(1)] = match.group(2)
+    return props
