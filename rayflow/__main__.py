@@ -1,0 +1,5 @@
+"""``python -m rayflow``: the ``rayflow`` command."""
+
+from .cli import main
+
+main()
