@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 from typing import Any
 
-import cloudpickle
 import ray
+from ray import cloudpickle
+
+from ..groupings import CustomGrouping
 
 from ..config import Config
 from ..errors import RayflowError, TopologyError
@@ -19,6 +23,29 @@ __all__ = ["LocalCluster", "submit_topology"]
 _RemoteTaskActor = ray.remote(TaskActor)
 
 DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
+
+
+_INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], sys.prefix + os.sep + "lib"})
+
+
+def _ship_user_code_by_value(topology: Topology) -> None:
+    """Make the workers receive the code of components defined outside installed packages.
+
+    A class from a test module or a script next to the driver is pickled by reference, and a
+    worker cannot import ``test_something``; registering its module by value ships the code.
+    """
+    objects: list[object] = []
+    for spec in topology.components.values():
+        objects.append(spec.component)
+        objects += [sub.grouping.grouping for sub in spec.inputs if isinstance(sub.grouping, CustomGrouping)]
+    for obj in objects:
+        module = sys.modules.get(type(obj).__module__)
+        path = getattr(module, "__file__", None)
+        if module is None or path is None or module.__name__ == "__main__":
+            continue
+        if module.__name__.split(".")[0] == "rayflow" or os.path.abspath(path).startswith(_INSTALLED):
+            continue
+        cloudpickle.register_pickle_by_value(module)
 
 
 def _check_picklable(topology: Topology) -> None:
@@ -45,6 +72,7 @@ def submit_topology(
     if not isinstance(topology, Topology):
         raise TopologyError([f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"])
     config = Config.of(conf)
+    _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
     shared = ray.put(topology)

@@ -107,10 +107,15 @@ def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[No
 
 def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     mark = exc.problem_mark or exc.context_mark
-    what = " ".join(part for part in (exc.context, exc.problem) if part)
     line = mark.line + 1 if mark else 1
-    column = f" (column {mark.column + 1})" if mark else ""
-    return Problem(file, line, "", f"invalid YAML: {what}{column}")
+    message = f"invalid YAML: {exc.problem or exc.context}"
+    if mark:
+        message += f" (column {mark.column + 1})"
+    if exc.problem and exc.context:
+        started = exc.context_mark
+        where = f" at line {started.line + 1}" if started and started.line + 1 != line else ""
+        message += f" {exc.context}{where}"
+    return Problem(file, line, "", message)
 
 
 class _TreeBuilder:

@@ -81,7 +81,8 @@ def _message(err: ErrorDetails, model: type[BaseModel]) -> str:
         what = "grouping type" if loc[-2:] == ("grouping", "type") else "value"
         return f"unknown {what} {got!r}{did_you_mean(got, choices)}; one of: {', '.join(choices)}"
     if kind in _BOUNDS:
-        return _BOUNDS[kind].format(**ctx) + f", got {_show(got)}"
+        bounds = {k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()}
+        return _BOUNDS[kind].format(**bounds) + f", got {_show(got)}"
     if kind == "too_short":
         return f"must have at least {ctx['min_length']} item(s)"
     if kind == "string_too_short":
