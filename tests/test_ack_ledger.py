@@ -1,0 +1,316 @@
+"""The acker's ledger: Storm's XOR tree tracking, driven message by message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rayflow.ack_ledger import AckLedger, Outcome
+from rayflow.anchoring import anchored_edges, new_id
+from rayflow.outbox import Outbox
+from rayflow.tuple import Tuple
+
+from .strategies import Emit, Fail, TupleDag, failing_dags, multi_rooted_dags, tuple_dags
+
+ROOT = 0x5EED
+OTHER_ROOT = 0xBEEF
+SPOUT_TASK = 3
+ACKER_TASK = 9
+
+dags = settings(max_examples=200, deadline=None)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message to the acker about one root."""
+
+    kind: str  # "init", "ack" or "fail"
+    root: int
+    val: int = 0
+    spout_task: int = 0
+
+
+def deliver(ledger: AckLedger, msg: Message) -> Outcome | None:
+    if msg.kind == "init":
+        return ledger.init(msg.root, msg.val, msg.spout_task)
+    if msg.kind == "ack":
+        return ledger.ack(msg.root, msg.val)
+    return ledger.fail(msg.root)
+
+
+def spout_task_of(root_index: int) -> int:
+    return 10 + root_index
+
+
+def play(dag: TupleDag) -> tuple[list[int], list[Message]]:
+    """Run the plan as the spout and bolt executors do, with the real edge ids: every copy of
+    a tuple gets an edge id per root, each anchor's ``ack_val`` takes the edge ids emitted
+    anchored to it, and an ack sends ``edge ^ ack_val`` per root. Returns the root ids and
+    every message the acker receives, in the order they were sent."""
+    roots = [new_id() for _ in dag.spout_fanouts]
+    tuples: list[Tuple] = []
+    messages: list[Message] = []
+    for r, (root, fanout) in enumerate(zip(roots, dag.spout_fanouts, strict=True)):
+        val = 0
+        for _ in range(fanout):
+            edge = new_id()
+            val ^= edge
+            tuples.append(_tuple({root: edge}))
+        messages.append(Message("init", root, val, spout_task_of(r)))
+    for step in dag.steps:
+        if isinstance(step, Emit):
+            anchors = [tuples[a] for a in step.anchors]
+            for _ in range(step.fanout):
+                edges, per_anchor = anchored_edges([a.edges for a in anchors])
+                for anchor, edge in zip(anchors, per_anchor, strict=True):
+                    anchor.ack_val ^= edge
+                tuples.append(_tuple(edges))
+        elif isinstance(step, Fail):
+            messages += [Message("fail", root) for root in tuples[step.tup].edges]
+        else:
+            tup = tuples[step.tup]
+            messages += [Message("ack", root, edge ^ tup.ack_val) for root, edge in tup.edges.items()]
+    return roots, messages
+
+
+def _tuple(edges: dict[int, int]) -> Tuple:
+    return Tuple([], [], {}, "bolt", "default", 1, edges)
+
+
+def expected_outcomes(dag: TupleDag, roots: list[int], order: list[Message]) -> dict[int, Outcome]:
+    """Position in ``order`` -> what the ledger must report there (nothing anywhere else).
+
+    A tree in which a tuple failed is reported failed as soon as the init and a fail are both
+    in; any other tree is reported acked at its last message."""
+    failed = {roots[r] for r in dag.failed_roots}
+    expected = {}
+    for r, root in enumerate(roots):
+        positions = [i for i, m in enumerate(order) if m.root == root]
+        if root in failed:
+            init = next(i for i in positions if order[i].kind == "init")
+            fail = next(i for i in positions if order[i].kind == "fail")
+            expected[max(init, fail)] = Outcome(spout_task_of(r), root, False)
+        else:
+            expected[positions[-1]] = Outcome(spout_task_of(r), root, True)
+    return expected
+
+
+class TestInit:
+    def test_zero_checksum_acks_at_once(self):
+        """A tree whose init carries checksum zero (sent to no task) is acked to its spout task."""
+        ledger = AckLedger()
+        assert ledger.init(ROOT, 0, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, True)
+        assert len(ledger) == 0
+
+    def test_nonzero_checksum_pends(self):
+        """An init with a non-zero checksum opens a pending tree."""
+        ledger = AckLedger()
+        assert ledger.init(ROOT, 0x1234, SPOUT_TASK) is None
+        assert len(ledger) == 1
+
+
+class TestAck:
+    def test_fan_out_walk_through(self):
+        """Spout -> A -> (B, C): the tree completes when C, the last tuple, is acked."""
+        ledger = AckLedger()
+        assert ledger.init(ROOT, 100, SPOUT_TASK) is None  # the spout tuple to A
+        assert ledger.ack(ROOT, 100 ^ 200 ^ 300) is None  # A acks, having emitted to B and C
+        assert ledger.ack(ROOT, 200) is None  # B acks
+        assert ledger.ack(ROOT, 300) == Outcome(SPOUT_TASK, ROOT, True)  # C acks
+        assert len(ledger) == 0
+
+    def test_ack_before_init_is_kept(self):
+        """Acks that overtake the init are kept; the tree completes when the init arrives."""
+        ledger = AckLedger()
+        assert ledger.ack(ROOT, 0xA) is None
+        assert ledger.ack(ROOT, 0xB) is None
+        assert ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, True)
+
+    def test_zero_before_init_is_not_an_ack(self):
+        """Acks that XOR to zero before the init report nothing: only the init names the spout."""
+        ledger = AckLedger()
+        assert ledger.ack(ROOT, 0xA) is None
+        assert ledger.ack(ROOT, 0xA) is None
+        assert ledger.init(ROOT, 0xC, SPOUT_TASK) is None
+        assert ledger.ack(ROOT, 0xC) == Outcome(SPOUT_TASK, ROOT, True)
+
+    def test_trees_are_independent(self):
+        """Two trees on one acker are tracked apart and reported to their own spout tasks."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        ledger.init(OTHER_ROOT, 0xA, SPOUT_TASK + 1)
+        assert ledger.ack(OTHER_ROOT, 0xA) == Outcome(SPOUT_TASK + 1, OTHER_ROOT, True)
+        assert len(ledger) == 1
+        assert ledger.ack(ROOT, 0xA) == Outcome(SPOUT_TASK, ROOT, True)
+
+
+class TestFail:
+    def test_fail_reports_at_once(self):
+        """A fail is reported to the owning spout task immediately, whatever the checksum."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
+        assert ledger.fail(ROOT) == Outcome(SPOUT_TASK, ROOT, False)
+        assert len(ledger) == 0
+
+    def test_fail_before_init_is_kept(self):
+        """A fail that overtakes the init is reported when the init arrives."""
+        ledger = AckLedger()
+        assert ledger.fail(ROOT) is None
+        assert ledger.init(ROOT, 0xA, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, False)
+
+    def test_fail_wins_over_zero_checksum(self):
+        """A tree that failed is reported failed even if its checksum also reached zero."""
+        ledger = AckLedger()
+        ledger.fail(ROOT)
+        ledger.ack(ROOT, 0xA)
+        assert ledger.init(ROOT, 0xA, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, False)
+
+    def test_reported_once(self):
+        """Messages that arrive after a tree was reported failed report nothing more."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
+        ledger.fail(ROOT)
+        assert ledger.ack(ROOT, 0xA) is None
+        assert ledger.fail(ROOT) is None
+        assert ledger.ack(ROOT, 0xB) is None
+
+
+class TestResetTimeout:
+    def test_names_the_spout_task(self):
+        """reset_timeout returns the spout task to forward the reset to, once the init is in."""
+        ledger = AckLedger()
+        assert ledger.reset_timeout(ROOT) is None
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        assert ledger.reset_timeout(ROOT) == SPOUT_TASK
+
+    def test_keeps_the_tree_alive(self):
+        """A reset restarts the tree's expiry like any other message."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        ledger.rotate()
+        ledger.rotate()
+        ledger.reset_timeout(ROOT)
+        assert ledger.rotate() == []
+        assert ledger.rotate() == []
+        assert ledger.ack(ROOT, 0xA) == Outcome(SPOUT_TASK, ROOT, True)
+
+
+class TestRotate:
+    def test_forgets_after_three_rotations(self):
+        """A tree that sees no message is forgotten at the third rotation, not before."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        assert ledger.rotate() == []
+        assert ledger.rotate() == []
+        assert ledger.rotate() == [ROOT]
+        assert len(ledger) == 0
+
+    def test_any_message_restarts_expiry(self):
+        """An ack moves the tree to the newest cohort: three more rotations to forget it."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
+        ledger.rotate()
+        ledger.rotate()
+        ledger.ack(ROOT, 0xA)
+        assert ledger.rotate() == []
+        assert ledger.rotate() == []
+        assert ledger.rotate() == [ROOT]
+
+    def test_forgotten_tree_is_never_reported(self):
+        """The spout has failed a forgotten tree already; its late acks report nothing."""
+        ledger = AckLedger()
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        for _ in range(3):
+            ledger.rotate()
+        assert ledger.ack(ROOT, 0xA) is None
+
+    def test_bucket_count(self):
+        """With two buckets a tree is forgotten at the second rotation."""
+        ledger = AckLedger(buckets=2)
+        ledger.init(ROOT, 0xA, SPOUT_TASK)
+        assert ledger.rotate() == []
+        assert ledger.rotate() == [ROOT]
+
+
+class TestRandomDags:
+    """Random tuple DAGs played with the real edge ids, every message delivered in any order."""
+
+    @dags
+    @given(dag=tuple_dags(), data=st.data())
+    def test_completes_exactly_at_the_last_message(self, dag: TupleDag, data: Any):
+        """Every tree is acked at its last message, never before, whatever the arrival order."""
+        roots, messages = play(dag)
+        order = data.draw(st.permutations(messages))
+        ledger = AckLedger()
+        expected = expected_outcomes(dag, roots, order)
+        assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
+        assert len(ledger) == 0
+
+    @dags
+    @given(dag=multi_rooted_dags(), data=st.data())
+    def test_multi_rooted_trees_complete_independently(self, dag: TupleDag, data: Any):
+        """With tuples anchored across two spout trees, each tree completes at its own last message."""
+        roots, messages = play(dag)
+        order = data.draw(st.permutations(messages))
+        ledger = AckLedger()
+        expected = expected_outcomes(dag, roots, order)
+        assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
+
+    @dags
+    @given(dag=failing_dags(), data=st.data())
+    def test_a_fail_anywhere_fails_the_tree(self, dag: TupleDag, data: Any):
+        """A failed tuple fails every tree it is in, reported once the init is in, and only once;
+        trees it is not in still complete."""
+        roots, messages = play(dag)
+        order = data.draw(st.permutations(messages))
+        ledger = AckLedger()
+        expected = expected_outcomes(dag, roots, order)
+        assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
+
+    @dags
+    @given(dag=st.one_of(tuple_dags(), failing_dags()), data=st.data())
+    def test_combined_acks_give_the_same_outcome(self, dag: TupleDag, data: Any):
+        """Acks batched through an Outbox, which XORs the acks of one root into one number, settle
+        every tree in the batch holding its deciding message, exactly as one by one."""
+        roots, messages = play(dag)
+        order = data.draw(st.permutations(messages))
+        cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(order) - 1)))))
+        batches = [order[a:b] for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True) if order[a:b]]
+
+        decided_in = {}
+        position = 0
+        expected = expected_outcomes(dag, roots, order)
+        for b, batch in enumerate(batches):
+            for _ in batch:
+                if position in expected:
+                    decided_in[expected[position]] = b
+                position += 1
+
+        sent: list[tuple[int, Any]] = []
+        outbox = Outbox(1, 1000, send_data=lambda dest, p: None, send_control=lambda dest, p: sent.append((dest, p)))
+        ledger = AckLedger()
+        reported = {}
+        for b, batch in enumerate(batches):
+            for m in batch:
+                mail = outbox.acker(ACKER_TASK)
+                if m.kind == "init":
+                    mail.inits.append((m.root, m.val, m.spout_task))
+                elif m.kind == "ack":
+                    outbox.ack(ACKER_TASK, m.root, m.val)
+                else:
+                    mail.fails.append(m.root)
+            outbox.flush_control()
+            ((dest, (kind, (inits, acks, fails, _resets))),) = sent
+            sent.clear()
+            assert (dest, kind) == (ACKER_TASK, "acker")
+            assert len(acks) == len({m.root for m in batch if m.kind == "ack"})
+            outcomes = [ledger.init(*i) for i in inits]
+            outcomes += [ledger.ack(root, val) for root, val in acks.items()]
+            outcomes += [ledger.fail(root) for root in fails]
+            for outcome in filter(None, outcomes):
+                assert outcome not in reported, "a tree was reported twice"
+                reported[outcome] = b
+        assert reported == decided_in

@@ -1,0 +1,248 @@
+"""Stream groupings: which tasks of the subscribing bolt receive each tuple.
+
+The source is a "words" spout with tasks 1 and 2 emitting ``[word, n]``; the subscribing
+"counter" bolt has tasks 3 to 6, on two nodes when placement matters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rayflow.context import TopologyContext
+from rayflow.errors import EmitError
+from rayflow.groupings import (
+    AllGrouping,
+    CustomGrouping,
+    CustomStreamGrouping,
+    DirectGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    Grouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    PartialKeyGrouping,
+    ShuffleGrouping,
+    StreamId,
+    stable_hash,
+)
+
+STREAM = StreamId("words", "default")
+COUNTERS = [3, 4, 5, 6]
+NODES = {1: "node-a", 2: "node-b", 3: "node-a", 4: "node-b", 5: "node-a", 6: "node-b"}
+
+
+def context(task_id: int = 1, counters: int = 4, nodes: dict[int, str] | None = None) -> TopologyContext:
+    layout = {1: "words", 2: "words"} | {3 + i: "counter" for i in range(counters)}
+    return TopologyContext(task_id, layout, {"words": {"default": ("word", "n")}}, nodes)
+
+
+def prepared(grouping: Grouping, task_id: int = 1, nodes: dict[int, str] | None = None) -> Grouping:
+    grouping.prepare(context(task_id, nodes=nodes), STREAM, list(COUNTERS))
+    return grouping
+
+
+def spread(grouping: Grouping, values: list[list[Any]], task_id: int = 1) -> Counter[int]:
+    """How many of ``values`` each task received."""
+    return Counter(t for v in values for t in grouping.choose_tasks(task_id, v))
+
+
+class TestShuffle:
+    def test_spreads_evenly(self):
+        """Over a multiple of the task count, every task receives exactly its share."""
+        grouping = prepared(ShuffleGrouping())
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+    def test_one_task_per_tuple(self):
+        """Each tuple goes to exactly one of the targets, and each round visits all of them."""
+        grouping = prepared(ShuffleGrouping())
+        picks = [grouping.choose_tasks(1, ["w", i]) for i in range(8)]
+        assert all(len(p) == 1 for p in picks)
+        assert sorted(t for p in picks[:4] for t in p) == COUNTERS
+
+    def test_none_is_shuffle(self):
+        """The none grouping spreads like shuffle, as in Storm."""
+        grouping = prepared(NoneGrouping())
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+
+class TestFields:
+    def test_stable_hash_is_crc32(self):
+        """stable_hash of one string is its CRC-32: the same value in every process."""
+        assert stable_hash(["hello"]) == zlib.crc32(b"hello") == 907060870
+
+    def test_known_key_goes_to_known_task(self):
+        """The key "hello" goes to task 5 of 3..6 (907060870 % 4 == 2), from any source task."""
+        assert prepared(FieldsGrouping(["word"]), task_id=1).choose_tasks(1, ["hello", 1]) == [5]
+        assert prepared(FieldsGrouping(["word"]), task_id=2).choose_tasks(2, ["hello", 2]) == [5]
+
+    def test_equal_keys_equal_tasks(self):
+        """Tuples with equal grouped fields go to the same task; other fields do not matter."""
+        grouping = prepared(FieldsGrouping(["word"]))
+        words = [f"w{i}" for i in range(50)]
+        first = {w: grouping.choose_tasks(1, [w, 0]) for w in words}
+        assert all(grouping.choose_tasks(1, [w, n]) == first[w] for w in words for n in range(1, 4))
+        assert all(len(t) == 1 and t[0] in COUNTERS for t in first.values())
+
+    def test_many_keys_reach_every_task(self):
+        """Distinct keys spread over all the tasks."""
+        grouping = prepared(FieldsGrouping(["word"]))
+        assert set(spread(grouping, [[f"w{i}", 0] for i in range(200)])) == set(COUNTERS)
+
+    def test_several_fields(self):
+        """Grouping on two fields keys on both: a key of (word, n) always lands on one task."""
+        grouping = prepared(FieldsGrouping(["n", "word"]))
+        for i in range(20):
+            assert grouping.choose_tasks(1, ["w", i % 3]) == grouping.choose_tasks(1, ["w", i % 3])
+        assert len(spread(grouping, [["w", i] for i in range(100)])) > 1
+
+    def test_any_string_is_routed(self):
+        """Strings that are not valid UTF-8 text (lone surrogates, from os.fsdecode) still route."""
+        grouping = prepared(FieldsGrouping(["word"]))
+        assert grouping.choose_tasks(1, ["\udc80", 0]) == grouping.choose_tasks(1, ["\udc80", 1])
+
+    def test_stable_across_processes(self):
+        """Processes with different PYTHONHASHSEED route every key exactly as this one does."""
+        keys: list[Any] = ["hello", "wörld", "", 7, -3, 2.5, None, ("a", 1), ["b", [2, 3]]]
+        script = (
+            "import json, sys\n"
+            "from rayflow.context import TopologyContext\n"
+            "from rayflow.groupings import FieldsGrouping, StreamId\n"
+            "ctx = TopologyContext(1, {1: 'words', 2: 'words', 3: 'counter', 4: 'counter', 5: 'counter',"
+            " 6: 'counter'}, {'words': {'default': ('word', 'n')}})\n"
+            "g = FieldsGrouping(['word'])\n"
+            "g.prepare(ctx, StreamId('words', 'default'), [3, 4, 5, 6])\n"
+            "keys = json.loads(sys.argv[1])\n"
+            "keys[7] = tuple(keys[7])\n"
+            "print(json.dumps({'salted': hash('word'), 'tasks': [g.choose_tasks(1, [k, 0]) for k in keys]}))\n"
+        )
+        root = Path(__file__).resolve().parent.parent
+        env = os.environ | {"PYTHONPATH": str(root)}
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, json.dumps(keys)],
+                env=env | {"PYTHONHASHSEED": seed},
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for seed in ("1", "2")
+        ]
+        outputs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+        assert outputs[0]["salted"] != outputs[1]["salted"], "the seeds should salt str hashes differently"
+        grouping = prepared(FieldsGrouping(["word"]))
+        here = [grouping.choose_tasks(1, [k, 0]) for k in keys]
+        assert outputs[0]["tasks"] == outputs[1]["tasks"] == here
+
+
+class TestAll:
+    def test_every_task_gets_a_copy(self):
+        """Each tuple goes to every task of the bolt."""
+        grouping = prepared(AllGrouping())
+        assert grouping.choose_tasks(1, ["w", 1]) == COUNTERS
+
+
+class TestGlobal:
+    def test_lowest_task(self):
+        """The whole stream goes to the bolt's lowest task id, however the targets were listed."""
+        grouping = GlobalGrouping()
+        grouping.prepare(context(), STREAM, [5, 3, 6, 4])
+        assert {tuple(grouping.choose_tasks(1, ["w", i])) for i in range(20)} == {(3,)}
+
+
+class TestDirect:
+    def test_regular_emit_reaches_no_task(self):
+        """A direct subscription receives nothing from the grouping: the emitter picks the task."""
+        assert prepared(DirectGrouping()).choose_tasks(1, ["w", 1]) == []
+
+
+class TestLocalOrShuffle:
+    @pytest.mark.parametrize(("task_id", "local"), [(1, [3, 5]), (2, [4, 6])])
+    def test_prefers_tasks_on_the_same_node(self, task_id: int, local: list[int]):
+        """With bolt tasks on this task's node, tuples are shuffled among those only, evenly."""
+        grouping = prepared(LocalOrShuffleGrouping(), task_id=task_id, nodes=NODES)
+        assert spread(grouping, [["w", i] for i in range(100)], task_id) == dict.fromkeys(local, 50)
+
+    def test_no_local_task_shuffles_over_all(self):
+        """With no bolt task on this node, it shuffles over all of them."""
+        nodes = NODES | {1: "node-c"}
+        grouping = prepared(LocalOrShuffleGrouping(), nodes=nodes)
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+    def test_unplaced_tasks_shuffle_over_all(self):
+        """Outside Ray (no node known), it is a shuffle."""
+        grouping = prepared(LocalOrShuffleGrouping())
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+
+class TestPartialKey:
+    def test_skewed_key_is_split_over_two_tasks(self):
+        """A single hot key is balanced over exactly two tasks."""
+        grouping = prepared(PartialKeyGrouping(["word"]))
+        load = spread(grouping, [["hot", i] for i in range(1000)])
+        assert sorted(load.values()) == [500, 500]
+
+    @settings(max_examples=200, deadline=None)
+    @given(key=st.text(max_size=8), counters=st.integers(2, 6))
+    def test_every_key_gets_two_candidates(self, key: str, counters: int):
+        """For any key and any number of tasks (2 or more), a stream of only that key is split
+        evenly over two tasks."""
+        grouping = PartialKeyGrouping(["word"])
+        grouping.prepare(context(counters=counters), STREAM, [3 + i for i in range(counters)])
+        load = spread(grouping, [[key, i] for i in range(20)])
+        assert sorted(load.values()) == [10, 10]
+
+    def test_source_tasks_agree_on_the_candidates(self):
+        """Every source task sends a key to the same two tasks."""
+        by_task = [prepared(PartialKeyGrouping(["word"]), task_id=t) for t in (1, 2)]
+        assert set(spread(by_task[0], [["hot", 0]] * 10, 1)) == set(spread(by_task[1], [["hot", 0]] * 10, 2))
+
+    def test_single_task(self):
+        """With one task, everything goes to it."""
+        grouping = PartialKeyGrouping(["word"])
+        grouping.prepare(context(counters=1), STREAM, [3])
+        assert spread(grouping, [["hot", i] for i in range(10)]) == {3: 10}
+
+
+class EvenOdd:
+    """Even n to the first task, odd n to the last."""
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        self.seen = (context.this_task_id, stream, target_tasks)
+        self.targets = target_tasks
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return [self.targets[0] if values[1] % 2 == 0 else self.targets[-1]]
+
+
+class Stray:
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        pass
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return [3, 99]
+
+
+class TestCustom:
+    def test_user_grouping_decides(self):
+        """The user object is prepared with the context, stream and targets, then picks the tasks."""
+        user = EvenOdd()
+        assert isinstance(user, CustomStreamGrouping)
+        grouping = prepared(CustomGrouping(user))
+        assert user.seen == (1, STREAM, COUNTERS)
+        assert [grouping.choose_tasks(1, ["w", n]) for n in range(3)] == [[3], [6], [3]]
+
+    def test_task_outside_targets_raises(self):
+        """Choosing a task that does not subscribe is an EmitError naming it."""
+        grouping = prepared(CustomGrouping(Stray()))
+        with pytest.raises(EmitError, match=r"Stray chose task\(s\) \[99\]"):
+            grouping.choose_tasks(1, ["w", 1])

@@ -1,0 +1,702 @@
+"""The router and the executors, driven in this process without Ray.
+
+A ``Wire`` holds one executor per task of a real topology (each with its own copy of the
+topology, as every Ray actor has) and carries their payloads in two queues -- control (acker
+traffic) and data -- until nothing moves. Tests read like Storm's scenarios: the topology, what
+the spout emits, and what must be acked or failed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from typing import Any
+
+import pytest
+
+from rayflow.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
+from rayflow.config import Config
+from rayflow.context import TopologyContext
+from rayflow.errors import EmitError, FailedException
+from rayflow.executors import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from rayflow.router import Router
+from rayflow.topology import ACKER_COMPONENT, Topology, TopologyBuilder
+from rayflow.tuple import Tuple
+
+
+class Wire:
+    """Every task's executor of ``topology``, connected through in-memory queues."""
+
+    def __init__(self, topology: Topology, conf: Config | dict[str, Any] | None = None, newest_first: bool = False):
+        self.conf = Config.of(conf)
+        self.newest_first = newest_first
+        self.data: deque[tuple[int, Any]] = deque()
+        self.control: deque[tuple[int, Any]] = deque()
+        self.layout = topology.task_layout(self.conf.ackers)
+        self.executors: dict[int, Executor] = {}
+        for task, component in self.layout.items():
+            context = TopologyContext(task, self.layout, topology.stream_fields())
+            cls: type[Executor]
+            if component == ACKER_COMPONENT:
+                cls = AckerExecutor
+            elif topology.components[component].is_spout:
+                cls = SpoutExecutor
+            else:
+                cls = BoltExecutor
+            self.executors[task] = cls(
+                copy.deepcopy(topology),
+                self.conf,
+                context,
+                lambda dest, payload: self.data.append((dest, payload)),
+                lambda dest, payload: self.control.append((dest, payload)),
+            )
+        for executor in self.executors.values():
+            if isinstance(executor, BoltExecutor):
+                executor.prepare()
+            elif isinstance(executor, SpoutExecutor):
+                executor.activate()
+
+    def tasks(self, component_id: str) -> list[Any]:
+        return [self.executors[t] for t, c in self.layout.items() if c == component_id]
+
+    def task(self, component_id: str) -> Any:
+        return self.tasks(component_id)[0]
+
+    def spout(self, component_id: str = "sentences") -> Any:
+        """The user spout object of the component's first task."""
+        return self.task(component_id).spout
+
+    def bolts(self, component_id: str) -> list[Any]:
+        """The user bolt objects of every task of the component."""
+        return [e.bolt for e in self.tasks(component_id)]
+
+    def settle(self) -> None:
+        """Flush every outbox and deliver every payload, until nothing moves: control before
+        data, oldest first -- or, ``newest_first``, data before control and newest first, which
+        hands the acker every ack before the init that opened the tree."""
+        while True:
+            for executor in self.executors.values():
+                executor.outbox.flush()
+            queues = (self.data, self.control) if self.newest_first else (self.control, self.data)
+            queue = next((q for q in queues if q), None)
+            if queue is None:
+                return
+            dest, payload = queue.pop() if self.newest_first else queue.popleft()
+            if queue is self.data:
+                self.executors[dest].receive(payload)  # type: ignore[attr-defined]
+            else:
+                self.executors[dest].receive_control(payload)  # type: ignore[attr-defined]
+
+    def run(self) -> None:
+        """Let every spout emit all it has, then settle."""
+        for executor in self.executors.values():
+            if isinstance(executor, SpoutExecutor):
+                executor.run_burst(1000)
+        self.settle()
+
+    def pending_trees(self) -> int:
+        return sum(len(e.ledger) for e in self.tasks(ACKER_COMPONENT))
+
+
+# -- components ---------------------------------------------------------------------------------
+
+
+class Sentences(Spout):
+    """Emits what the test feeds it, one tuple per next_tuple; records acks and fails."""
+
+    outputs = ["sentence"]
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self.collector = collector
+        self.queue: deque[tuple[list[Any], Any, str]] = deque()
+        self.acked: list[Any] = []
+        self.failed: list[Any] = []
+
+    def feed(self, sentence: str, msg_id: Any = None, stream: str = "default") -> None:
+        self.queue.append(([sentence], msg_id, stream))
+
+    def next_tuple(self) -> None:
+        if self.queue:
+            values, msg_id, stream = self.queue.popleft()
+            self.collector.emit(values, msg_id=msg_id, stream=stream)
+
+    def ack(self, msg_id: Any) -> None:
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        self.failed.append(msg_id)
+
+
+class Bounded(Sentences):
+    """Says it is exhausted when nothing is queued; replays a failed sentence once."""
+
+    def next_tuple(self) -> None:
+        if not self.queue:
+            self.collector.exhausted()
+        super().next_tuple()
+
+    def fail(self, msg_id: Any) -> None:
+        super().fail(msg_id)
+        if self.failed.count(msg_id) == 1:
+            self.feed(msg_id, msg_id)
+
+
+class Endless(Spout):
+    """Emits a tracked tuple on every call."""
+
+    outputs = ["n"]
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self.collector = collector
+        self.n = 0
+
+    def next_tuple(self) -> None:
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n)
+
+
+class Split(Bolt):
+    """Emits each word anchored to the sentence, then acks it."""
+
+    outputs = ["word"]
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+
+    def execute(self, tup: Tuple) -> None:
+        for word in tup["sentence"].split():
+            self.collector.emit([word], anchors=tup)
+        self.collector.ack(tup)
+
+
+class Count(Bolt):
+    """Counts words and acks them, except a word it is told to fail."""
+
+    outputs = ["word", "count"]
+
+    def __init__(self, fail_word: str | None = None) -> None:
+        self.fail_word = fail_word
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup: Tuple) -> None:
+        word = tup["word"]
+        if word == self.fail_word:
+            self.collector.fail(tup)
+            return
+        self.counts[word] = self.counts.get(word, 0) + 1
+        self.collector.ack(tup)
+
+
+class Hold(Bolt):
+    """Keeps every tuple without acking it; the test decides."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.held: list[Tuple] = []
+
+    def execute(self, tup: Tuple) -> None:
+        self.held.append(tup)
+
+
+class BasicSplit(BasicBolt):
+    """Splits sentences; "fail" fails the input, "boom" raises a bug."""
+
+    outputs = ["word"]
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        sentence = tup["sentence"]
+        if sentence == "fail":
+            raise FailedException("not today")
+        if sentence == "boom":
+            raise ValueError("a bug in user code")
+        for word in sentence.split():
+            collector.emit([word])
+
+
+class Unanchored(Bolt):
+    """Emits each word unanchored, then acks the sentence."""
+
+    outputs = ["word"]
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+
+    def execute(self, tup: Tuple) -> None:
+        for word in tup["sentence"].split():
+            self.collector.emit([word])
+        self.collector.ack(tup)
+
+
+class Join(Bolt):
+    """Pairs a sentence with the next one: emits their join anchored to both, acks both."""
+
+    outputs = ["pair"]
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.waiting: Tuple | None = None
+
+    def execute(self, tup: Tuple) -> None:
+        if self.waiting is None:
+            self.waiting = tup
+            return
+        first, self.waiting = self.waiting, None
+        self.collector.emit([f"{first['sentence']}+{tup['sentence']}"], anchors=[first, tup])
+        self.collector.ack(first)
+        self.collector.ack(tup)
+
+
+class Ticked(Bolt):
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.ticks: list[Tuple] = []
+
+    def execute(self, tup: Tuple) -> None:
+        self.ticks.append(tup)
+        self.collector.ack(tup)
+
+
+class Streams(Spout):
+    """A default stream, a direct stream "picked" and a stream "audit" that nobody reads."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word"])
+        declarer.declare_stream("picked", ["word"], direct=True)
+        declarer.declare_stream("audit", ["word"])
+
+
+class Relay(Bolt):
+    """Declares the same streams as Streams, to emit on them from a bolt."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        Streams().declare_output_fields(declarer)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+
+
+# -- topologies ---------------------------------------------------------------------------------
+
+
+def wordcount(count: Bolt | None = None) -> Topology:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Sentences())
+    builder.set_bolt("split", Split(), parallelism=2).shuffle_grouping("sentences")
+    builder.set_bolt("count", count or Count(), parallelism=2).fields_grouping("split", ["word"])
+    return builder.create_topology()
+
+
+def pipeline(bolt: Bolt | BasicBolt, downstream: Bolt | None = None, spout: Spout | None = None) -> Topology:
+    """sentences -> bolt [-> downstream]."""
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", spout or Sentences())
+    builder.set_bolt("bolt", bolt).shuffle_grouping("sentences")
+    if downstream is not None:
+        builder.set_bolt("downstream", downstream).shuffle_grouping("bolt")
+    return builder.create_topology()
+
+
+def streams_topology() -> Topology:
+    builder = TopologyBuilder()
+    builder.set_spout("streams", Streams())
+    builder.set_bolt("relay", Relay()).shuffle_grouping("streams")
+    builder.set_bolt("sink", Hold(), parallelism=2).shuffle_grouping("streams").direct_grouping(
+        "streams", stream="picked"
+    ).shuffle_grouping("relay").direct_grouping("relay", stream="picked")
+    return builder.create_topology()
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+class TestRouter:
+    def test_fans_out_to_every_subscriber(self):
+        """One emit goes to one task of each shuffle subscriber and every task of an all subscriber."""
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("split", Split(), parallelism=2).shuffle_grouping("sentences")
+        builder.set_bolt("audit", Hold(), parallelism=3).all_grouping("sentences")
+        topology = builder.create_topology()
+        layout = topology.task_layout(ackers=1)
+        router = Router(topology, TopologyContext(4, layout, topology.stream_fields()))
+        targets = router.targets("default", ["a b"])
+        assert sorted(t for t in targets if t in (1, 2, 3)) == [1, 2, 3]  # audit: tasks 1-3
+        assert len([t for t in targets if t in (5, 6)]) == 1  # split: tasks 5-6
+        assert len(targets) == 4
+
+    def test_stream_without_subscribers(self):
+        """A declared stream nobody reads routes to no task."""
+        topology = streams_topology()
+        router = Router(topology, TopologyContext(4, topology.task_layout(1), topology.stream_fields()))
+        assert router.targets("audit", ["w"]) == []
+
+
+def spout_collector() -> tuple[Wire, SpoutExecutor, SpoutOutputCollector]:
+    wire = Wire(streams_topology())
+    executor = wire.task("streams")
+    return wire, executor, executor.collector
+
+
+def bolt_collector() -> tuple[Wire, BoltExecutor, OutputCollector]:
+    wire = Wire(streams_topology())
+    executor = wire.task("relay")
+    return wire, executor, executor.collector
+
+
+@pytest.mark.parametrize("make", [spout_collector, bolt_collector], ids=["spout", "bolt"])
+class TestEmitErrors:
+    """Emits that the declarations forbid raise EmitError at the call, and send nothing."""
+
+    def test_undeclared_stream(self, make: Any):
+        """Emitting on a stream the component did not declare names the declared ones."""
+        _, executor, collector = make()
+        with pytest.raises(EmitError, match=r"undeclared stream 'tweets' \(declared: audit, default, picked\)"):
+            collector.emit(["w"], stream="tweets")
+        assert executor.outbox.is_empty() and executor.metrics.emitted == 0
+
+    def test_wrong_number_of_values(self, make: Any):
+        """Emitting two values on a one-field stream says so."""
+        _, executor, collector = make()
+        with pytest.raises(EmitError, match=r"emitted 2 value\(s\) on stream 'default', which declares 1 field"):
+            collector.emit(["w", 1])
+        assert executor.outbox.is_empty() and executor.metrics.emitted == 0
+
+    def test_regular_emit_on_direct_stream(self, make: Any):
+        """A regular emit on a direct stream points to emit_direct."""
+        _, executor, collector = make()
+        with pytest.raises(EmitError, match="stream 'picked' is direct: use emit_direct"):
+            collector.emit(["w"], stream="picked")
+        assert executor.outbox.is_empty()
+
+    def test_emit_direct_on_regular_stream(self, make: Any):
+        """emit_direct on a stream not declared direct is refused."""
+        _, executor, collector = make()
+        with pytest.raises(EmitError, match="emit_direct on stream 'default', which is not declared direct"):
+            collector.emit_direct(executor.context.get_component_tasks("sink")[0], ["w"])
+        assert executor.outbox.is_empty()
+
+    def test_emit_direct_to_a_task_not_subscribed(self, make: Any):
+        """emit_direct to a task that does not subscribe directly names the ones that do."""
+        _, _, collector = make()
+        with pytest.raises(EmitError, match=r"emit_direct to task 99, .* \(subscribers: \[2, 3\]\)"):
+            collector.emit_direct(99, ["w"], stream="picked")
+
+    def test_emit_direct_reaches_the_task(self, make: Any):
+        """A valid emit_direct sends to exactly that task."""
+        wire, executor, collector = make()
+        collector.emit_direct(3, ["w"], stream="picked")
+        executor.outbox.flush()
+        assert [dest for dest, _ in wire.data] == [3]
+
+
+class TestTupleTree:
+    def test_acked_end_to_end(self):
+        """sentences -> split -> count: the sentence is acked once every word is counted."""
+        wire = Wire(wordcount())
+        wire.spout().feed("the cow jumped over the moon", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == [1]
+        assert wire.spout().failed == []
+        counts: dict[str, int] = {}
+        for bolt in wire.bolts("count"):
+            counts.update(bolt.counts)
+        assert counts == {"the": 2, "cow": 1, "jumped": 1, "over": 1, "moon": 1}
+        assert sum(e.metrics.acked for e in wire.tasks("count")) == 6
+        assert len(wire.task("sentences").pending) == 0
+        assert wire.pending_trees() == 0
+
+    def test_acks_overtaking_the_init(self):
+        """Acks reaching the acker before the init that opened their tree still ack it, once."""
+        wire = Wire(wordcount(), newest_first=True)
+        for i in range(5):
+            wire.spout().feed(f"sentence number {i}", msg_id=i)
+        wire.run()
+        assert sorted(wire.spout().acked) == [0, 1, 2, 3, 4]
+        assert wire.pending_trees() == 0
+
+    def test_sharded_over_ackers(self):
+        """With three ackers each tree is tracked by one of them and all complete."""
+        wire = Wire(wordcount(), {"ackers": 3})
+        for i in range(30):
+            wire.spout().feed(f"a b c {i}", msg_id=i)
+        wire.run()
+        assert sorted(wire.spout().acked) == list(range(30))
+        assert sum(e.metrics.acked for e in wire.tasks(ACKER_COMPONENT)) == 30
+
+    def test_fail_downstream_fails_the_root(self):
+        """A word failed by count fails its sentence; other sentences are acked."""
+        wire = Wire(wordcount(count=Count(fail_word="cow")))
+        wire.spout().feed("the cow", msg_id="with cow")
+        wire.spout().feed("the moon", msg_id="without")
+        wire.run()
+        assert wire.spout().failed == ["with cow"]
+        assert wire.spout().acked == ["without"]
+        assert wire.pending_trees() == 0
+
+    def test_untracked_spout_tuple(self):
+        """A spout emit without msg_id is never acked or failed and costs the acker nothing."""
+        wire = Wire(wordcount(count=Count(fail_word="cow")))
+        wire.spout().feed("the cow")
+        wire.run()
+        assert (wire.spout().acked, wire.spout().failed) == ([], [])
+        assert sum(e.metrics.executed for e in wire.tasks(ACKER_COMPONENT)) == 0
+
+    def test_tree_of_no_tuples(self):
+        """A tracked emit on a stream nobody reads is acked straight away by the acker."""
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        wire = Wire(builder.create_topology())
+        wire.spout().feed("to nobody", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == [1]
+
+    def test_unanchored_emit_does_not_hold_the_root(self):
+        """Words emitted unanchored are outside the tree: the sentence is acked though nobody acks them."""
+        wire = Wire(pipeline(Unanchored(), downstream=Hold()))
+        wire.spout().feed("two words", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == [1]
+        held = wire.bolts("downstream")[0].held
+        assert [t["word"] for t in held] == ["two", "words"]
+        assert all(t.edges is None for t in held)
+
+
+class TestMultiAnchoring:
+    def test_joined_tuple_completes_both_trees(self):
+        """A tuple anchored to tuples of two spout trees keeps both open until it is acked."""
+        wire = Wire(pipeline(Join(), downstream=Hold()), {"ackers": 2})
+        wire.spout().feed("left", msg_id="L")
+        wire.spout().feed("right", msg_id="R")
+        wire.run()
+        (joined,) = wire.bolts("downstream")[0].held
+        assert joined["pair"] == "left+right"
+        assert len(joined.edges) == 2
+        assert wire.spout().acked == []
+        wire.bolts("downstream")[0].collector.ack(joined)
+        wire.settle()
+        assert sorted(wire.spout().acked) == ["L", "R"]
+
+    def test_failing_joined_tuple_fails_both_roots(self):
+        """Failing a tuple anchored to two trees fails both spout tuples."""
+        wire = Wire(pipeline(Join(), downstream=Hold()))
+        wire.spout().feed("left", msg_id="L")
+        wire.spout().feed("right", msg_id="R")
+        wire.run()
+        downstream = wire.bolts("downstream")[0]
+        downstream.collector.fail(downstream.held[0])
+        wire.settle()
+        assert sorted(wire.spout().failed) == ["L", "R"]
+        assert wire.spout().acked == []
+
+
+class TestBasicBolt:
+    def test_acks_on_return(self):
+        """A BasicBolt's emits are anchored to the input, which is acked when execute returns."""
+        wire = Wire(pipeline(BasicSplit(), downstream=Count()))
+        wire.spout().feed("a basic bolt", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == [1]
+        assert wire.bolts("downstream")[0].counts == {"a": 1, "basic": 1, "bolt": 1}
+
+    def test_emits_are_anchored(self):
+        """The input is not done until what it emitted is acked downstream."""
+        wire = Wire(pipeline(BasicSplit(), downstream=Hold()))
+        wire.spout().feed("a b", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == []
+        downstream = wire.bolts("downstream")[0]
+        for tup in downstream.held:
+            downstream.collector.ack(tup)
+        wire.settle()
+        assert wire.spout().acked == [1]
+
+    def test_failed_exception_fails_the_input(self):
+        """Raising FailedException fails the input; it is a signal, not an error."""
+        wire = Wire(pipeline(BasicSplit()))
+        wire.spout().feed("fail", msg_id=1)
+        wire.run()
+        assert wire.spout().failed == [1]
+        bolt = wire.task("bolt")
+        assert (bolt.metrics.failed, bolt.metrics.errors) == (1, 0)
+
+    def test_any_exception_fails_the_input_and_is_counted(self):
+        """Any other exception fails the input, is counted as an error, and the task carries on."""
+        wire = Wire(pipeline(BasicSplit()))
+        wire.spout().feed("boom", msg_id=1)
+        wire.spout().feed("fine", msg_id=2)
+        wire.run()
+        assert wire.spout().failed == [1]
+        assert wire.spout().acked == [2]
+        bolt = wire.task("bolt")
+        assert bolt.metrics.errors == 1
+        assert "ValueError: a bug in user code" in bolt.metrics.last_error
+        assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (2, 1, 1)
+
+    def test_plain_bolt_exception_fails_the_input(self):
+        """An exception from a plain Bolt's execute fails the input too."""
+        wire = Wire(pipeline(Count()))  # Count reads tup["word"]: sentences have no such field
+        wire.spout().feed("oops", msg_id=1)
+        wire.run()
+        assert wire.spout().failed == [1]
+        assert "has no field 'word'" in wire.task("bolt").metrics.last_error
+
+
+class TestNoAckers:
+    def test_acked_at_emit(self):
+        """With ackers=0 the spout is acked as soon as next_tuple returns, before any bolt runs."""
+        wire = Wire(wordcount(count=Count(fail_word="cow")), {"ackers": 0})
+        wire.spout().feed("the cow", msg_id=1)
+        spout = wire.task("sentences")
+        spout.run_burst(1)
+        assert wire.spout().acked == [1]
+        spout.outbox.flush()
+        assert [edges for _, (_, batch) in wire.data for _, _, edges in batch] == [None]
+        wire.settle()
+        assert wire.control == deque()
+        assert wire.spout().failed == []
+
+
+class TestSpoutTimeouts:
+    def test_fails_after_two_rotations_not_one(self):
+        """A tree not completed fails at the second rotation of the spout's pending map."""
+        wire = Wire(pipeline(Hold()))
+        wire.spout().feed("slow", msg_id=1)
+        wire.run()
+        spout = wire.task("sentences")
+        spout.rotate()
+        assert wire.spout().failed == []
+        spout.rotate()
+        assert wire.spout().failed == [1]
+        assert spout.metrics.failed == 1
+
+    def test_late_ack_after_timeout_is_ignored(self):
+        """A tree completed after it timed out is not acked as well."""
+        wire = Wire(pipeline(Hold()))
+        wire.spout().feed("slow", msg_id=1)
+        wire.run()
+        wire.task("sentences").rotate()
+        wire.task("sentences").rotate()
+        hold = wire.bolts("bolt")[0]
+        hold.collector.ack(hold.held[0])
+        wire.settle()
+        assert (wire.spout().acked, wire.spout().failed) == ([], [1])
+
+    def test_reset_timeout_restarts_the_clock(self):
+        """A bolt's reset_timeout, forwarded by the acker, keeps the spout from failing the tree."""
+        wire = Wire(pipeline(Hold()))
+        wire.spout().feed("slow", msg_id=1)
+        wire.run()
+        spout, hold = wire.task("sentences"), wire.bolts("bolt")[0]
+        spout.rotate()
+        hold.collector.reset_timeout(hold.held[0])
+        wire.settle()
+        spout.rotate()
+        assert wire.spout().failed == []
+        spout.rotate()
+        assert wire.spout().failed == [1]
+
+    def test_acked_tree_never_times_out(self):
+        """Once acked, a tree is no longer pending and no rotation fails it."""
+        wire = Wire(wordcount())
+        wire.spout().feed("quick", msg_id=1)
+        wire.run()
+        for _ in range(3):
+            wire.task("sentences").rotate()
+        assert (wire.spout().acked, wire.spout().failed) == ([1], [])
+
+
+class TestMaxSpoutPending:
+    def test_stops_asking_at_the_limit(self):
+        """With max_spout_pending=2 the spout is asked for two tuples, then not until one completes."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Endless())
+        builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 2})
+        spout = wire.task("numbers")
+        assert spout.run_burst(10) == 2
+        assert not spout.wants_next_tuple()
+        wire.settle()
+        hold = wire.bolts("hold")[0]
+        hold.collector.ack(hold.held[0])
+        wire.settle()
+        assert spout.wants_next_tuple()
+        assert spout.run_burst(10) == 1
+
+    def test_per_component_limit(self):
+        """A spout's own config={"max_spout_pending": 1} overrides the topology's setting."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Endless(), config={"max_spout_pending": 1})
+        builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 100})
+        assert wire.task("numbers").run_burst(10) == 1
+
+    def test_no_limit_without_ackers(self):
+        """With ackers=0 nothing is pending, so the limit never holds the spout back."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Endless())
+        builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 2, "ackers": 0})
+        assert wire.task("numbers").run_burst(10) == 10
+
+
+class TestSpoutLifecycle:
+    def test_inactive_spout_is_not_asked(self):
+        """A deactivated spout is not asked for tuples until activated again."""
+        wire = Wire(pipeline(Count()))
+        spout = wire.task("sentences")
+        spout.deactivate()
+        wire.spout().feed("later", msg_id=1)
+        assert not spout.wants_next_tuple()
+        assert spout.run_burst(10) == 0
+        spout.activate()
+        assert spout.run_burst(10) == 1
+
+    def test_exhausted_until_a_fail(self):
+        """A bounded spout that said it is exhausted is asked again only after a fail, to replay."""
+        wire = Wire(pipeline(Count(fail_word="cow"), spout=Bounded()))
+        spout = wire.task("sentences")
+        wire.spout().feed("the cow", msg_id="the cow")
+        assert spout.run_burst(10) == 1
+        assert not spout.wants_next_tuple()
+        wire.settle()  # the first attempt fails: the spout queues a replay
+        assert spout.wants_next_tuple()
+        wire.run()  # the replay fails too, and is not replayed again
+        assert spout.run_burst(10) == 0
+        assert not spout.wants_next_tuple()
+        assert wire.spout().failed == ["the cow", "the cow"]
+        assert spout.snapshot()["finished"]
+
+    def test_next_tuple_error_is_reported(self):
+        """An exception in next_tuple is counted and logged; the spout is asked again later."""
+
+        class Flaky(Sentences):
+            def next_tuple(self) -> None:
+                raise RuntimeError("source down")
+
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Flaky())
+        builder.set_bolt("count", Count()).shuffle_grouping("sentences")
+        wire = Wire(builder.create_topology())
+        spout = wire.task("sentences")
+        spout.run_burst(5)
+        spout.run_burst(5)
+        assert spout.metrics.errors == 2
+        assert "RuntimeError: source down" in spout.metrics.last_error
+        assert spout.wants_next_tuple()
+
+
+class TestTicks:
+    def test_tick_tuple(self):
+        """A tick is a tuple from __system on __tick carrying the frequency; it is not tracked."""
+        wire = Wire(pipeline(Ticked()))
+        wire.task("bolt").tick(2.0)
+        wire.settle()
+        (tick,) = wire.bolts("bolt")[0].ticks
+        assert tick.is_tick()
+        assert tick[0] == 2.0
+        assert tick.edges is None
+        assert wire.control == deque()
