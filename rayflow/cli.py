@@ -22,9 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import ray
 import typer
 from rich import box
 from rich.console import Console
@@ -32,8 +31,10 @@ from rich.live import Live
 from rich.table import Table
 
 from .errors import RayflowError
-from .runtime import TopologyHandle, submit_topology
 from .spec import LoadedTopology, SpecError, TopologySpec, load_topology, read_properties
+
+if TYPE_CHECKING:
+    from .runtime import TopologyHandle
 
 __all__ = ["app", "main"]
 
@@ -54,7 +55,7 @@ _WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 132
 out = Console(highlight=False, width=_WIDTH)
 err = Console(stderr=True, highlight=False, width=_WIDTH)
 
-FileArg = Annotated[Path, typer.Argument(help="Topology file (YAML or JSON).", show_default=False)]
+FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="Topology file (YAML or JSON).", show_default=False)]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help="Fill ${KEY} in the file; repeatable, wins over --properties."),
@@ -88,7 +89,7 @@ def _properties(sets: list[str] | None, properties: Path | None) -> dict[str, st
 
 def _report(exc: SpecError) -> None:
     for problem in exc.problems:
-        err.print(str(problem), markup=False)
+        err.print(str(problem), markup=False, soft_wrap=True)
     err.print(f"{len(exc.problems)} problem(s)", style="bold red")
 
 
@@ -102,7 +103,7 @@ def _load(file: Path, sets: list[str] | None, properties: Path | None) -> Loaded
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Topology files to check.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Topology files to check.", show_default=False)],
     set_: SetOpt = None,
     properties: PropertiesOpt = None,
 ) -> None:
@@ -126,6 +127,7 @@ def validate(
             f"{file}: ok (topology {loaded.name!r}: {len(topology.spouts)} spout(s), "
             f"{len(topology.bolts)} bolt(s), {tasks} task(s))",
             markup=False,
+            soft_wrap=True,
         )
     raise typer.Exit(1 if failed else 0)
 
@@ -135,7 +137,9 @@ def graph(
     file: FileArg,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="Write .dot, .gv, .mmd, .svg, .png or .pdf; default: DOT to stdout."),
+        typer.Option(
+            "-o", "--output", metavar="OUT", help="Write .dot, .gv, .mmd, .svg, .png or .pdf; default: DOT to stdout."
+        ),
     ] = None,
     set_: SetOpt = None,
     properties: PropertiesOpt = None,
@@ -162,9 +166,10 @@ def graph(
             f"cannot write {output}: rendering {output.suffix} needs Graphviz's `dot` program, which is not on "
             "PATH. Install Graphviz (e.g. `apt-get install graphviz`), or write .dot or .mmd instead.",
             markup=False,
+            soft_wrap=True,
         )
         raise typer.Exit(1) from None
-    out.print(f"wrote {output}", markup=False)
+    out.print(f"wrote {output}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -195,11 +200,13 @@ def run(
     could not start.
     """
     loaded = _load(file, set_, properties)
+    from .runtime import submit_topology  # Ray is imported by the one command that needs it
+
     with _ray(address):
         try:
             handle = submit_topology(loaded.name, loaded.config, loaded.topology, active=not inactive)
         except RayflowError as exc:
-            err.print(f"cannot start topology {loaded.name!r}: {exc}", markup=False)
+            err.print(f"cannot start topology {loaded.name!r}: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(1) from None
         _Monitor(handle, loaded, duration).run()
 
@@ -209,6 +216,8 @@ def _ray(address: str | None) -> Iterator[None]:
     """Connected to Ray for the block: the cluster at ``address``, or a local one sized for
     this machine (as ``rayflow.LocalCluster`` does), shut down afterwards."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address is None:
         err.print("starting Ray ...", style="dim")
@@ -219,7 +228,7 @@ def _ray(address: str | None) -> Iterator[None]:
         ray.init(**kwargs)
     except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
-        err.print(f"cannot start {where}: {type(exc).__name__}: {exc}", markup=False)
+        err.print(f"cannot start {where}: {type(exc).__name__}: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     try:
         yield
@@ -277,7 +286,7 @@ class _Monitor:
                 if live is not None:
                     live.update(self._table(metrics, rates, self._title(now - started)), refresh=True)
                 else:
-                    out.print(self._line(metrics, now - started), markup=False)
+                    out.print(self._line(metrics, now - started), markup=False, soft_wrap=True)
                 if self._finished(metrics):
                     return "every spout is exhausted and nothing is pending"
 
@@ -348,16 +357,17 @@ class _Monitor:
         for s in self.spouts:
             m = metrics[s]
             if drained and not m["failed"] and m["acked"] == m["emitted"]:
-                out.print(f"{s}: every emitted tuple was acked ({m['acked']:,})", markup=False)
+                out.print(f"{s}: every emitted tuple was acked ({m['acked']:,})", markup=False, soft_wrap=True)
             else:
                 out.print(
                     f"{s}: emitted {m['emitted']:,}, acked {m['acked']:,}, failed {m['failed']:,}, "
                     f"still pending at the kill {m.get('pending', 0):,}",
                     markup=False,
+                    soft_wrap=True,
                 )
         for cid, m in metrics.items():
             if m.get("errors") and m.get("last_error"):
-                err.print(f"{cid}: {m['errors']} error(s), the last: {m['last_error']}", markup=False)
+                err.print(f"{cid}: {m['errors']} error(s), the last: {m['last_error']}", markup=False, soft_wrap=True)
 
 
 def _ms(value: float) -> str:

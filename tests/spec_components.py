@@ -99,3 +99,14 @@ class NotAComponent:
 
 def not_a_class() -> None:
     """A function, where a class is expected."""
+
+
+class Unpicklable(Spout):
+    """Holds a lock, so it cannot be copied to its tasks: submitting it fails."""
+
+    outputs = ["n"]
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()

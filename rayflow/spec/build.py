@@ -82,7 +82,7 @@ class _Assembly:
             self.problems.append(class_node.problem(str(exc)))
             return
         spec = _validate_quietly(ComponentSpec, node)
-        if spec is None or cid is None:
+        if spec is None or cid is None or node.reported_within():
             return
         try:
             self.instances[cid] = construct(cls, spec.args, spec.kwargs, spec.class_)

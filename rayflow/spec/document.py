@@ -73,6 +73,15 @@ class Node:
             node, path = nxt, nxt.path
         return node, path
 
+    def reported_within(self) -> bool:
+        """Whether a problem was reported for this value or anything inside it."""
+        if self.reported:
+            return True
+        children = (
+            self.value.values() if isinstance(self.value, dict) else self.value if isinstance(self.value, list) else ()
+        )
+        return any(child.reported_within() for child in children)
+
     def reported_along(self, loc: Sequence[Any]) -> bool:
         node: Node | None = self
         for key in loc:
