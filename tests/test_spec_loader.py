@@ -215,6 +215,20 @@ class TestErrors:
         assert "streams[0].from: unknown component 'wrds'" in got
         assert "streams[0].grouping.type: unknown grouping type 'x'" in got
 
+    def test_graph_problems_between_sound_components_come_with_the_others(self, write) -> None:
+        """The builder checks the sound part of the topology even when another part is broken."""
+        path = write(
+            dedent(GOOD)
+            .replace("tests.spec_components.Count", "tests.spec_components.Cont")
+            .replace("grouping: {type: shuffle}", "grouping: {type: fields, fields: [wrd]}")
+        )
+        got = problems_of(path)
+        assert len(got) == 2, got
+        assert "bolts[1].class: cannot import tests.spec_components.Cont" in got[0]
+        assert got[1].endswith(
+            "streams[0].grouping: fields grouping on field(s) ['wrd'] not declared by the stream (its fields: ['word'])"
+        )
+
     def test_a_python_tag_is_never_run(self, write, tmp_path: Path) -> None:
         target = tmp_path / "created-by-yaml"
         path = write(

@@ -1,8 +1,9 @@
 """From a parsed file to a ``Topology``: references between entries, the classes they name,
 then ``TopologyBuilder`` (whose problems are placed back on the lines that caused them).
 
-Every entry that passes the schema on its own is checked here, even when others failed, so one
-run reports a typo in one bolt together with a missing class in another.
+Every entry is checked as far as it can be, even when others failed: one run reports a typo in
+one bolt, a missing class in another and a fields grouping on an undeclared field in a stream
+between two sound components (the builder then sees only the sound part of the topology).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ S = TypeVar("S", bound=BaseModel)
 SECTIONS = ("spouts", "bolts")
 
 
-def build_topology(tree: Node, schema_ok: bool) -> tuple[Topology | None, list[Problem]]:
-    """Check and build. The ``Topology`` is built only when ``schema_ok`` (the whole file passed
-    the schema) and nothing else is wrong."""
+def build_topology(tree: Node, sound: bool) -> tuple[Topology | None, list[Problem]]:
+    """Check and build. ``sound``: nothing was found wrong with the file so far (parsing,
+    schema); the ``Topology`` is returned only then, and only if nothing is wrong here either."""
     assembly = _Assembly(tree)
-    topology = assembly.run(schema_ok)
+    topology = assembly.run(sound)
     return topology, assembly.problems
 
 
@@ -46,7 +47,7 @@ class _Assembly:
         self.instances: dict[str, Any] = {}
         self.groupings: dict[int, Any] = {}
 
-    def run(self, schema_ok: bool) -> Topology | None:
+    def run(self, sound: bool) -> Topology | None:
         for section in SECTIONS:
             for node in _items(self.tree, section):
                 self._component(section, node)
@@ -55,9 +56,7 @@ class _Assembly:
         for i, (stream, node) in enumerate(self.streams):
             if stream.grouping.type == "custom":
                 self._custom_grouping(i, stream, node)
-        if not schema_ok or self.problems:
-            return None
-        return self._build()
+        return self._build(complete=sound and not self.problems)
 
     def _component(self, section: str, node: Node) -> None:
         """Check one entry as far as it goes: its id, its class, then (if the entry passed the
@@ -126,7 +125,9 @@ class _Assembly:
         except ClassProblem as exc:
             self.problems.append(where.problem(str(exc), _arguments_key(where)))
 
-    def _build(self) -> Topology | None:
+    def _build(self, complete: bool) -> Topology | None:
+        """Build from the sound components and the streams between them; the ``Topology`` is
+        returned only when that is the whole file (``complete``)."""
         builder = TopologyBuilder()
         declarers: dict[str, BoltDeclarer] = {}
         for cid, (section, spec, _) in self.components.items():
@@ -134,8 +135,11 @@ class _Assembly:
                 builder.set_spout(cid, self.instances[cid], spec.parallelism, config=spec.config)
             else:
                 declarers[cid] = builder.set_bolt(cid, self.instances[cid], spec.parallelism, config=spec.config)
-        for i, (stream, _) in enumerate(self.streams):
+        for i, (stream, node) in enumerate(self.streams):
             grouping = stream.grouping
+            sound = stream.from_ in self.components and (grouping.type != "custom" or i in self.groupings)
+            if stream.to not in declarers or not sound or node.reported_within():
+                continue
             subscribe: Callable[..., BoltDeclarer] = getattr(declarers[stream.to], f"{grouping.type}_grouping")
             if grouping.type in KEYED_GROUPINGS:
                 subscribe(stream.from_, grouping.fields, stream=grouping.stream)
@@ -144,13 +148,16 @@ class _Assembly:
             else:
                 subscribe(stream.from_, stream=grouping.stream)
         try:
-            return builder.create_topology()
+            topology = builder.create_topology()
         except TopologyError as exc:
-            self.problems += [self._place(p) for p in exc.problems]
+            placed = (self._place(p, complete) for p in exc.problems)
+            self.problems += [p for p in placed if p is not None]
             return None
+        return topology if complete else None
 
-    def _place(self, problem: str) -> Problem:
-        """Put one of the builder's problems on the line of the stream or component it names."""
+    def _place(self, problem: str, complete: bool) -> Problem | None:
+        """Put one of the builder's problems on the line of the stream or component it names.
+        One that names neither is about the whole graph: meaningless unless it is ``complete``."""
         for stream, node in self.streams:
             prefix = f"bolt {stream.to!r} input from {stream.from_!r} stream {stream.grouping.stream!r}: "
             if problem.startswith(prefix):
@@ -162,7 +169,7 @@ class _Assembly:
         for cid, (_, _, node) in self.components.items():
             if repr(cid) in problem:
                 return node.problem(problem)
-        return self.tree.problem(problem)
+        return self.tree.problem(problem) if complete else None
 
 
 def _check_kind(cls: type, section: str, dotted: str) -> None:

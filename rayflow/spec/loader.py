@@ -63,7 +63,7 @@ def load_topology(
     spec, tree, problems = _read(path, properties, environ)
     if tree is None:
         raise SpecError(problems)
-    topology, build_problems = build_topology(tree, schema_ok=spec is not None)
+    topology, build_problems = build_topology(tree, sound=spec is not None and not problems)
     problems += build_problems
     config = None
     if spec is not None:
