@@ -51,13 +51,6 @@ class AckLedger:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def _tree(self, root: int) -> _Tree:
-        tree = self._pending.get(root)
-        if tree is None:
-            tree = _Tree()
-        self._pending.put(root, tree)
-        return tree
-
     def _settle(self, root: int, tree: _Tree) -> Outcome | None:
         if tree.spout_task is None:
             return None
@@ -70,24 +63,26 @@ class AckLedger:
         return None
 
     def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
-        tree = self._tree(root)
+        tree = self._pending.touch(root, _Tree)
         tree.val ^= val
         tree.spout_task = spout_task
         return self._settle(root, tree)
 
     def ack(self, root: int, val: int) -> Outcome | None:
-        tree = self._tree(root)
+        tree = self._pending.touch(root, _Tree)
         tree.val ^= val
+        if tree.spout_task is None or (tree.val and not tree.failed):
+            return None
         return self._settle(root, tree)
 
     def fail(self, root: int) -> Outcome | None:
-        tree = self._tree(root)
+        tree = self._pending.touch(root, _Tree)
         tree.failed = True
         return self._settle(root, tree)
 
     def reset_timeout(self, root: int) -> int | None:
         """Refresh the tree's expiry; returns the spout task to forward the reset to, if known."""
-        return self._tree(root).spout_task
+        return self._pending.touch(root, _Tree).spout_task
 
     def rotate(self) -> list[int]:
         """Advance expiry by one cohort; returns the roots forgotten."""

@@ -91,7 +91,10 @@ class Outbox:
         return mail
 
     def ack(self, acker_task: int, root: int, val: int) -> None:
-        acks = self.acker(acker_task).acks
+        mail = self._ackers.get(acker_task)
+        if mail is None:
+            mail = self._ackers[acker_task] = AckerMail()
+        acks = mail.acks
         acks[root] = acks.get(root, 0) ^ val
 
     def spout(self, spout_task: int) -> SpoutMail:

@@ -38,6 +38,24 @@ class RotatingMap(Generic[K, V]):
                     bucket.pop(key, None)
         head[key] = value
 
+    def touch(self, key: K, factory: Callable[[], V]) -> V:
+        """The value of ``key``, created by ``factory`` if absent, moved to the newest bucket.
+
+        Values must not be ``None``. This is ``get`` + ``put`` in one pass, for hot paths."""
+        buckets = self._buckets
+        head = buckets[0]
+        value = head.get(key)
+        if value is None:
+            for bucket in buckets:
+                if bucket is not head:
+                    value = bucket.pop(key, None)
+                    if value is not None:
+                        break
+            else:
+                value = factory()
+            head[key] = value
+        return value
+
     def get(self, key: K, default: V | None = None) -> V | None:
         for bucket in self._buckets:
             value = bucket.get(key, _MISSING)
@@ -56,7 +74,7 @@ class RotatingMap(Generic[K, V]):
         return any(key in bucket for bucket in self._buckets)
 
     def __len__(self) -> int:
-        return sum(len(bucket) for bucket in self._buckets)
+        return sum(map(len, self._buckets))
 
     def __iter__(self) -> Iterator[K]:
         for bucket in self._buckets:

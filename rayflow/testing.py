@@ -16,6 +16,8 @@ __all__ = ["FeederSpout"]
 
 REPORT_EVERY_SECS = 0.005
 TAKE_AT_MOST = 1000
+IDLE_POLL_SECS = 0.005
+"""After finding the channel empty, ask again only this much later (one Ray call per poll)."""
 
 
 class _FeederChannel:
@@ -76,18 +78,22 @@ class FeederSpout(Spout):
         self._collector = collector
         self._buffer: deque[tuple[list[Any], Any]] = deque()
         self._taking: Any = None
+        self._next_poll = 0.0
         self._acks: list[Any] = []
         self._fails: list[Any] = []
         self._reported = 0.0
 
     def next_tuple(self) -> None:
         if not self._buffer:
-            if self._taking is None:
-                self._taking = self._channel.take.remote(TAKE_AT_MOST)
-            ready, _ = ray.wait([self._taking], timeout=0)
-            if ready:
-                self._buffer.extend(ray.get(self._taking))
+            now = time.monotonic()
+            if self._taking is None and now >= self._next_poll:
+                self._taking = self._channel.take.remote(TAKE_AT_MOST).future()
+            if self._taking is not None and self._taking.done():
+                taken = self._taking.result()
+                self._buffer.extend(taken)
                 self._taking = None
+                if not taken:
+                    self._next_poll = now + IDLE_POLL_SECS
         if self._buffer:
             values, msg_id = self._buffer.popleft()
             self._collector.emit(values, msg_id=msg_id)

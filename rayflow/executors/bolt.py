@@ -91,6 +91,8 @@ class BoltExecutor(Executor):
             elapsed = perf() - started
             busy += elapsed
             record_execute(elapsed)
+        if basic:
+            collector.input = None  # type: ignore[union-attr]
         self.metrics.executed += len(items)
         self.metrics.busy_secs += busy
         self.outbox.flush()

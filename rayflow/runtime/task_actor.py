@@ -14,9 +14,11 @@ needs no locks. What runs there:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +36,11 @@ logger = logging.getLogger("rayflow")
 
 SPOUT_BURST = 256
 """``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
-SPOUT_IDLE_SECS = 0.001
-"""How long the spout loop sleeps when it may not or did not emit."""
+SPOUT_IDLE_SECS = (0.001, 0.01)
+"""The spout loop sleeps this long (first, at most: doubling) while ``next_tuple`` emits nothing.
+Waking costs ~50 us on a Ray actor, so an idle spout must not spin at the shortest sleep."""
+SPOUT_BLOCKED_SECS = 0.05
+"""With no pending budget left the loop waits for acker results (or this long, at most)."""
 GC_THRESHOLD = (50_000, 20, 100)
 """A task allocates a few objects per tuple and almost never makes cycles: with Python's
 default threshold (700) the cycle collector ran thousands of times a second for nothing."""
@@ -51,6 +56,8 @@ class TaskActor:
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
         self._calls_in = 0
+        self._flush_due = False
+        self._linger = 0.0
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -58,6 +65,7 @@ class TaskActor:
     async def connect(self, handles: dict[int, Any], task_nodes: dict[int, str]) -> None:
         """Build the executor once every task's actor exists, prepare it and start the loops."""
         self._data_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
         context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
         self._transport = RayTransport(handles, self._conf.max_inflight_batches, self._task_id)
         component = self._layout[self._task_id]
@@ -74,7 +82,9 @@ class TaskActor:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
         conf = executor.conf
-        self._start(self._linger_loop(conf.linger_ms / 1000.0))
+        linger = conf.linger_ms / 1000.0
+        # Bolts send what a batch produced as soon as the batch is done; spouts and ackers
+        # produce between calls, so their partial batches go out after ``linger``.
         if isinstance(executor, BoltExecutor):
             executor.prepare()
             freq = self._topology.components[component].tick_freq_secs
@@ -82,10 +92,11 @@ class TaskActor:
                 self._start(self._tick_loop(freq))
         elif isinstance(executor, AckerExecutor):
             self._start(self._every(conf.message_timeout_secs, executor.rotate))
+            self._linger = linger
         elif isinstance(executor, SpoutExecutor):
             if executor.tracking and conf.enable_message_timeouts:
                 self._start(self._every(conf.message_timeout_secs, executor.rotate))
-            self._start(self._spout_loop(executor))
+            self._start(self._spout_loop(executor, linger))
 
     def _start(self, coro: Any) -> None:
         self._loops.append(asyncio.get_running_loop().create_task(coro))
@@ -99,11 +110,24 @@ class TaskActor:
 
     async def push_control(self, payload: bytes) -> None:
         self._calls_in += 1
-        self._executor.receive_control(pickle.loads(payload))  # type: ignore[union-attr]
+        executor = self._executor
+        executor.receive_control(pickle.loads(payload))  # type: ignore[union-attr]
+        if isinstance(executor, AckerExecutor):
+            # Results wait up to ``linger`` to travel together; a timer only while some wait.
+            if not self._flush_due and not executor.outbox.is_empty():
+                self._flush_due = True
+                asyncio.get_running_loop().call_later(self._linger, self._flush_acker)
+        else:
+            self._wake.set()
+
+    def _flush_acker(self) -> None:
+        self._flush_due = False
+        self._executor.outbox.flush()  # type: ignore[union-attr]
 
     async def activate(self) -> None:
         if isinstance(self._executor, SpoutExecutor):
             self._executor.activate()
+            self._wake.set()
 
     async def deactivate(self) -> None:
         if isinstance(self._executor, SpoutExecutor):
@@ -133,21 +157,31 @@ class TaskActor:
             executor.outbox.flush()
 
     # -- background loops ---------------------------------------------------------------------
-    async def _spout_loop(self, executor: SpoutExecutor) -> None:
+    async def _spout_loop(self, executor: SpoutExecutor, linger: float) -> None:
+        """Storm's spout loop: call ``next_tuple`` while allowed; send batches when full or
+        ``linger`` old; when nothing is emitted, send what waits and back off."""
+        outbox = executor.outbox
+        clock = time.monotonic
+        flushed = clock()
+        idle = SPOUT_IDLE_SECS[0]
         while self._running:
-            if executor.wants_next_tuple():
-                emitted = executor.run_burst(SPOUT_BURST)
+            if not executor.wants_next_tuple():
+                outbox.flush()
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), SPOUT_BLOCKED_SECS)
+                continue
+            if executor.run_burst(SPOUT_BURST):
+                idle = SPOUT_IDLE_SECS[0]
+                if clock() - flushed >= linger:
+                    outbox.flush()
+                    flushed = clock()
                 await self._transport.relieve()
-                await asyncio.sleep(0 if emitted else SPOUT_IDLE_SECS)
+                await asyncio.sleep(0)
             else:
-                await asyncio.sleep(SPOUT_IDLE_SECS)
-
-    async def _linger_loop(self, linger_secs: float) -> None:
-        while self._running:
-            await asyncio.sleep(linger_secs)
-            executor = self._executor
-            if executor is not None and not executor.outbox.is_empty():
-                executor.outbox.flush()
+                outbox.flush()
+                await asyncio.sleep(idle)
+                idle = min(idle * 2, SPOUT_IDLE_SECS[1])
 
     async def _every(self, secs: float, action: Callable[[], None]) -> None:
         while self._running:

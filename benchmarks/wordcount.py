@@ -1,0 +1,207 @@
+"""Word-count benchmark: rayflow with acking, without acking, one Ray call per tuple, and a bare
+Python loop, measured side by side in one run. Not a test: run it on a quiet machine.
+
+    python benchmarks/wordcount.py [--sentences N] [--json results.json]
+
+Every configuration splits and counts the same 5 sentences. rayflow runs
+spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking. The
+latency run feeds the reliable topology at half the rate it reached and reports the complete
+latency (spout emit to spout ack) percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+
+from rayflow import BasicBolt, Config, LocalCluster, Spout, TopologyBuilder
+
+SENTENCES = [
+    "the cow jumped over the moon",
+    "an apple a day keeps the doctor away",
+    "four score and seven years ago",
+    "snow white and the seven dwarfs",
+    "i am at two with nature",
+]
+WORDS_PER_CYCLE = sum(len(s.split()) for s in SENTENCES)
+
+
+def words_in(sentences: int) -> int:
+    full, rest = divmod(sentences, len(SENTENCES))
+    return full * WORDS_PER_CYCLE + sum(len(s.split()) for s in SENTENCES[:rest])
+
+
+class BenchSpout(Spout):
+    """Emits ``total`` sentences, tracked, as fast as allowed or at ``rate`` sentences/s."""
+
+    outputs = ["sentence"]
+
+    def __init__(self, total: int, rate: float | None = None) -> None:
+        self.total = total
+        self.rate = rate
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        self.sent = 0
+        self.started = time.perf_counter()
+
+    def next_tuple(self) -> None:
+        if self.sent >= self.total:
+            self.collector.exhausted()
+            return
+        if self.rate and self.sent >= (time.perf_counter() - self.started) * self.rate:
+            return
+        self.collector.emit([SENTENCES[self.sent % 5]], msg_id=self.sent)
+        self.sent += 1
+
+    def fail(self, msg_id: Any) -> None:
+        raise RuntimeError(f"sentence {msg_id} failed: the benchmark expects no failures")
+
+
+class Split(BasicBolt):
+    outputs = ["word"]
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        for word in tup[0].split():
+            collector.emit([word])
+
+
+class Count(BasicBolt):
+    outputs = ["word", "count"]
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        word = tup[0]
+        n = self.counts[word] = self.counts.get(word, 0) + 1
+        collector.emit([word, n])
+
+
+def run_rayflow(cluster: LocalCluster, sentences: int, ackers: int, rate: float | None = None,
+                max_pending: int = 4000) -> dict[str, Any]:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", BenchSpout(sentences, rate))
+    builder.set_bolt("split", Split()).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count()).fields_grouping("split", ["word"])
+    conf = Config(ackers=ackers, max_spout_pending=max_pending)
+    handle = cluster.submit_topology(f"wordcount-ackers{ackers}", conf, builder.create_topology(), active=False)
+    expected = words_in(sentences)
+    started = time.perf_counter()
+    handle.activate()
+    while True:
+        time.sleep(0.1)
+        metrics = handle.metrics()
+        if metrics["count"]["executed"] >= expected and metrics["sentences"]["pending"] == 0:
+            break
+    elapsed = time.perf_counter() - started
+    handle.kill()
+    spout = metrics["sentences"]
+    assert spout["failed"] == 0 and (ackers == 0 or spout["acked"] == sentences), spout
+    return {
+        "words": expected,
+        "seconds": elapsed,
+        "words_per_s": expected / elapsed,
+        "complete_latency_ms": spout["complete_latency_ms"] if ackers else None,
+        "ray_calls": sum(m["calls_out"] for m in metrics.values()),
+    }
+
+
+@ray.remote(num_cpus=0.01)
+class CallCount:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def execute(self, word: str) -> None:
+        self.counts[word] += 1
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@ray.remote(num_cpus=0.01)
+class CallSplit:
+    def __init__(self, count: Any) -> None:
+        self.count = count
+
+    def execute(self, sentence: str) -> None:
+        for word in sentence.split():
+            self.count.execute.remote(word)
+
+
+def run_per_call(sentences: int) -> dict[str, Any]:
+    """The naive pipeline: every sentence and every word is its own Ray actor call."""
+    count = CallCount.remote()
+    split = CallSplit.remote(count)
+    ray.get(count.total.remote())
+    expected = words_in(sentences)
+    started = time.perf_counter()
+    refs = [split.execute.remote(SENTENCES[i % 5]) for i in range(sentences)]
+    ray.get(refs)
+    while ray.get(count.total.remote()) < expected:
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    ray.kill(split)
+    ray.kill(count)
+    return {"words": expected, "seconds": elapsed, "words_per_s": expected / elapsed}
+
+
+def run_bare_loop(sentences: int) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    started = time.perf_counter()
+    for i in range(sentences):
+        for word in SENTENCES[i % 5].split():
+            counts[word] = counts.get(word, 0) + 1
+    elapsed = time.perf_counter() - started
+    return {"words": words_in(sentences), "seconds": elapsed, "words_per_s": words_in(sentences) / elapsed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=200_000, help="sentences per rayflow run")
+    parser.add_argument("--per-call-sentences", type=int, default=1_000)
+    parser.add_argument("--latency-secs", type=float, default=10.0, help="length of the half-rate run")
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    args = parser.parse_args(argv)
+
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    with LocalCluster() as cluster:
+        results["reliable"] = run_rayflow(cluster, args.sentences, ackers=1)
+        results["unreliable"] = run_rayflow(cluster, args.sentences, ackers=0)
+        results["per_call"] = run_per_call(args.per_call_sentences)
+        half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
+        results["half_rate"] = run_rayflow(cluster, int(half_rate * args.latency_secs), ackers=1, rate=half_rate)
+        results["half_rate"]["sentences_per_s"] = half_rate
+    results["bare_loop"] = run_bare_loop(args.sentences * 5)
+
+    reliable = results["reliable"]["words_per_s"]
+    results["ratios"] = {
+        "reliable_vs_per_call": reliable / results["per_call"]["words_per_s"],
+        "reliable_vs_unreliable": reliable / results["unreliable"]["words_per_s"],
+        "reliable_vs_bare_loop": reliable / results["bare_loop"]["words_per_s"],
+    }
+
+    print(f"{'configuration':<28}{'words/s':>14}")
+    for key, label in [("reliable", "rayflow, acking (1 acker)"), ("unreliable", "rayflow, ackers=0"),
+                       ("per_call", "one Ray call per tuple"), ("bare_loop", "bare Python loop")]:
+        print(f"{label:<28}{results[key]['words_per_s']:>14,.0f}")
+    for name, ratio in results["ratios"].items():
+        print(f"{name:<28}{ratio:>14.3f}")
+    for key in ("reliable", "half_rate"):
+        lat = results[key]["complete_latency_ms"]
+        print(f"complete latency ({key}): p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  mean {lat['mean']:.1f} ms")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
