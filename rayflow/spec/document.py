@@ -115,16 +115,17 @@ def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[No
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+    """PyYAML's own words, context first: ``while parsing a flow sequence (line 3), expected ',' or
+    ']', but got '<stream end>' (column 1)``, placed on the line where parsing stopped."""
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark else 1
-    message = f"invalid YAML: {exc.problem or exc.context}"
-    if mark:
-        message += f" (column {mark.column + 1})"
-    if exc.problem and exc.context:
+    parts = []
+    if exc.context:
         started = exc.context_mark
-        where = f" at line {started.line + 1}" if started and started.line + 1 != line else ""
-        message += f" {exc.context}{where}"
-    return Problem(file, line, "", message)
+        parts.append(exc.context + (f" (line {started.line + 1})" if started and started.line + 1 != line else ""))
+    if exc.problem:
+        parts.append(exc.problem + (f" (column {mark.column + 1})" if mark else ""))
+    return Problem(file, line, "", "invalid YAML: " + ", ".join(parts))
 
 
 class _TreeBuilder:

@@ -69,6 +69,13 @@ class ComponentSpec(_Spec):
     parallelism: int = Field(1, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
 
+    @field_validator("id")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.startswith("__"):
+            raise ValueError("ids starting with '__' are reserved for rayflow's own tasks")
+        return value
+
 
 class GroupingSpec(_Spec):
     """How a stream's tuples are spread over the subscribing bolt's tasks."""

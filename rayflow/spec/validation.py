@@ -59,7 +59,7 @@ def validate_node(model: type[M], node: Node) -> tuple[M | None, list[Problem]]:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            loc = err["loc"]
+            loc = err["loc"][:-1] if err["loc"][-1:] == ("[key]",) else err["loc"]
             if not node.reported_along(loc):
                 problems.append(node.problem(_message(err, model), loc))
         return None, problems
@@ -74,6 +74,8 @@ def _message(err: ErrorDetails, model: type[BaseModel]) -> str:
         if hint or not keys:
             return "unknown key" + hint
         return f"unknown key; allowed keys: {', '.join(keys)}"
+    if kind == "invalid_key" or loc[-1:] == ("[key]",):
+        return f"keys must be strings, got {_show(got)}"
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
