@@ -86,12 +86,12 @@ class Count(BasicBolt):
 
 
 def run_rayflow(cluster: LocalCluster, sentences: int, ackers: int, rate: float | None = None,
-                max_pending: int = 4000) -> dict[str, Any]:
+                max_pending: int = 4000, tuning: dict[str, Any] | None = None) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
     builder.set_bolt("split", Split()).shuffle_grouping("sentences")
     builder.set_bolt("count", Count()).fields_grouping("split", ["word"])
-    conf = Config(ackers=ackers, max_spout_pending=max_pending)
+    conf = Config.of({"ackers": ackers, "max_spout_pending": max_pending, **(tuning or {})})
     handle = cluster.submit_topology(f"wordcount-ackers{ackers}", conf, builder.create_topology(), active=False)
     expected = words_in(sentences)
     started = time.perf_counter()
@@ -168,16 +168,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=200_000, help="sentences per rayflow run")
     parser.add_argument("--per-call-sentences", type=int, default=1_000)
     parser.add_argument("--latency-secs", type=float, default=10.0, help="length of the half-rate run")
+    parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
+    parser.add_argument("--linger-ms", type=float, help="rayflow.batch.linger.ms (default: Config's)")
+    parser.add_argument("--batch-size", type=int, help="rayflow.batch.size (default: Config's)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
+    tuning = {k: v for k, v in (("linger_ms", args.linger_ms), ("batch_size", args.batch_size)) if v is not None}
+    pending = args.max_pending
 
-    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    results: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "config": {"max_spout_pending": pending, **Config.of(tuning).model_dump(include={"linger_ms", "batch_size", "max_inflight_batches"})},
+    }
     with LocalCluster() as cluster:
-        results["reliable"] = run_rayflow(cluster, args.sentences, ackers=1)
-        results["unreliable"] = run_rayflow(cluster, args.sentences, ackers=0)
+        results["reliable"] = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning)
+        results["unreliable"] = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
-        results["half_rate"] = run_rayflow(cluster, int(half_rate * args.latency_secs), ackers=1, rate=half_rate)
+        results["half_rate"] = run_rayflow(cluster, int(half_rate * args.latency_secs), 1, rate=half_rate,
+                                           max_pending=pending, tuning=tuning)
         results["half_rate"]["sentences_per_s"] = half_rate
     results["bare_loop"] = run_bare_loop(args.sentences * 5)
 

@@ -12,7 +12,8 @@ SAMPLE_SIZE = 4096
 
 
 class LatencySamples:
-    """The most recent latencies (seconds), kept for percentiles, plus an all-time mean."""
+    """The most recent sampled latencies (seconds), kept for percentiles, plus the mean of
+    every sample."""
 
     __slots__ = ("recent", "total", "count")
 

@@ -112,15 +112,23 @@ class Outbox:
                         self._send_control(dest, mail.payload())
                 boxes.clear()
 
-    def flush(self) -> None:
-        """Send everything that waits. (Order is free: any subset of a tree's messages short of
-        all of them XORs to non-zero, so no arrival order can complete a tree early.)"""
-        self.flush_control()
+    def flush_data(self) -> None:
+        """Send every partial data batch."""
         if self._data:
             for dest, buf in self._data.items():
                 if buf:
                     self._send_data(dest, (self.task_id, buf))
             self._data.clear()
+
+    def control_size(self) -> int:
+        """How many acker messages wait to be sent."""
+        return sum(map(len, self._ackers.values())) + sum(map(len, self._spouts.values()))
+
+    def flush(self) -> None:
+        """Send everything that waits. (Order is free: any subset of a tree's messages short of
+        all of them XORs to non-zero, so no arrival order can complete a tree early.)"""
+        self.flush_control()
+        self.flush_data()
 
     def is_empty(self) -> bool:
         return not (self._data or self._ackers or self._spouts)
