@@ -85,8 +85,14 @@ class Count(BasicBolt):
         collector.emit([word, n])
 
 
-def run_rayflow(cluster: LocalCluster, sentences: int, ackers: int, rate: float | None = None,
-                max_pending: int = 4000, tuning: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_rayflow(
+    cluster: LocalCluster,
+    sentences: int,
+    ackers: int,
+    rate: float | None = None,
+    max_pending: int = 4000,
+    tuning: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
     builder.set_bolt("split", Split()).shuffle_grouping("sentences")
@@ -178,15 +184,19 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "config": {"max_spout_pending": pending, **Config.of(tuning).model_dump(include={"linger_ms", "batch_size", "max_inflight_batches"})},
+        "config": {
+            "max_spout_pending": pending,
+            **Config.of(tuning).model_dump(include={"linger_ms", "batch_size", "max_inflight_batches"}),
+        },
     }
     with LocalCluster() as cluster:
         results["reliable"] = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning)
         results["unreliable"] = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
-        results["half_rate"] = run_rayflow(cluster, int(half_rate * args.latency_secs), 1, rate=half_rate,
-                                           max_pending=pending, tuning=tuning)
+        results["half_rate"] = run_rayflow(
+            cluster, int(half_rate * args.latency_secs), 1, rate=half_rate, max_pending=pending, tuning=tuning
+        )
         results["half_rate"]["sentences_per_s"] = half_rate
     results["bare_loop"] = run_bare_loop(args.sentences * 5)
 
@@ -198,8 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     print(f"{'configuration':<28}{'words/s':>14}")
-    for key, label in [("reliable", "rayflow, acking (1 acker)"), ("unreliable", "rayflow, ackers=0"),
-                       ("per_call", "one Ray call per tuple"), ("bare_loop", "bare Python loop")]:
+    for key, label in [
+        ("reliable", "rayflow, acking (1 acker)"),
+        ("unreliable", "rayflow, ackers=0"),
+        ("per_call", "one Ray call per tuple"),
+        ("bare_loop", "bare Python loop"),
+    ]:
         print(f"{label:<28}{results[key]['words_per_s']:>14,.0f}")
     for name, ratio in results["ratios"].items():
         print(f"{name:<28}{ratio:>14.3f}")

@@ -152,10 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     print("top words:")
     for word, n in counts.most_common(10):
         print(f"  {word:<10} {n:>8,}")
-    print(f"sentences: {args.sentences:,}  emitted: {spout['emitted']:,}  "
-          f"acked: {spout['acked']:,}  failed (and replayed): {spout['failed']:,}")
-    print(f"complete latency ms: p50 {spout['complete_latency_ms']['p50']:.1f}  "
-          f"p99 {spout['complete_latency_ms']['p99']:.1f}")
+    print(
+        f"sentences: {args.sentences:,}  emitted: {spout['emitted']:,}  "
+        f"acked: {spout['acked']:,}  failed (and replayed): {spout['failed']:,}"
+    )
+    print(
+        f"complete latency ms: p50 {spout['complete_latency_ms']['p50']:.1f}  "
+        f"p99 {spout['complete_latency_ms']['p99']:.1f}"
+    )
     all_acked = finished and spout["acked"] == args.sentences and spout["pending"] == 0
     print(f"every sentence acked: {'yes' if all_acked else 'NO'}")
     return 0 if all_acked else 1

@@ -8,7 +8,8 @@ How the package stacks, bottom up:
     on Ray                    runtime/ (one actor per task around an executor), testing
 
 Everything a user needs is re-exported here; ``rayflow.testing`` holds ``FeederSpout``. The
-runtime names are loaded on first use, so the plain-Python layer imports without Ray.
+runtime names (and ``SpecError``) are loaded on first use, so the plain-Python layer imports
+without Ray.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -24,16 +25,18 @@ from .tuple import Tuple
 
 if TYPE_CHECKING:
     from .runtime import LocalCluster, TopologyHandle, submit_topology
+    from .spec import SpecError
 
-_RUNTIME_NAMES = {"LocalCluster", "TopologyHandle", "submit_topology"}
+_LAZY = {"LocalCluster": "runtime", "TopologyHandle": "runtime", "submit_topology": "runtime", "SpecError": "spec"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RUNTIME_NAMES:
-        from . import runtime
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rayflow' has no attribute {name!r}")
+    import importlib
 
-        return getattr(runtime, name)
-    raise AttributeError(f"module 'rayflow' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "OutputCollector",
     "OutputFieldsDeclarer",
     "RayflowError",
+    "SpecError",
     "Spout",
     "SpoutOutputCollector",
     "StreamId",

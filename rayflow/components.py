@@ -39,9 +39,7 @@ class OutputFieldsDeclarer:
     def declare(self, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
         self.declare_stream(DEFAULT_STREAM, fields, direct)
 
-    def declare_stream(
-        self, stream_id: str, fields: list[str] | tuple[str, ...], direct: bool = False
-    ) -> None:
+    def declare_stream(self, stream_id: str, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
         if not isinstance(stream_id, str) or not stream_id:
             raise TopologyError([f"stream id must be a non-empty string, got {stream_id!r}"])
         if stream_id in self.streams:

@@ -1,12 +1,12 @@
 """rayflow's exceptions.
 
-    RayflowError                 base of everything rayflow raises on purpose
-    ├── TopologyError            the topology graph is invalid (lists every problem)
-    ├── ConfigError              a configuration value is invalid
-    └── EmitError                a component emitted something its declaration forbids
+RayflowError                 base of everything rayflow raises on purpose
+├── TopologyError            the topology graph is invalid (lists every problem)
+├── ConfigError              a configuration value is invalid
+└── EmitError                a component emitted something its declaration forbids
 
-    FailedException              raised by user code in a BasicBolt to fail the input tuple;
-                                 not a RayflowError because it is a signal, not a fault
+FailedException              raised by user code in a BasicBolt to fail the input tuple;
+                             not a RayflowError because it is a signal, not a fault
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class ShuffleGrouping(Grouping):
 
 
 class NoneGrouping(ShuffleGrouping):
-    """"Don't care": currently the same as shuffle, as in Storm."""
+    """ "Don't care": currently the same as shuffle, as in Storm."""
 
     kind = "none"
 

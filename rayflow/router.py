@@ -69,9 +69,7 @@ class Router:
         route = self._routes.get(stream)
         if route is None:
             declared = ", ".join(sorted(self._routes)) or "none"
-            raise EmitError(
-                f"{self.component_id!r} emitted on undeclared stream {stream!r} (declared: {declared})"
-            )
+            raise EmitError(f"{self.component_id!r} emitted on undeclared stream {stream!r} (declared: {declared})")
         if len(values) != route.arity:
             raise EmitError(
                 f"{self.component_id!r} emitted {len(values)} value(s) on stream {stream!r}, "

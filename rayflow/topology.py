@@ -149,9 +149,7 @@ class TopologyBuilder:
         self._specs: dict[str, ComponentSpec] = {}
         self._problems: list[str] = []
 
-    def set_spout(
-        self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None
-    ) -> None:
+    def set_spout(self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None) -> None:
         if not isinstance(spout, Spout):
             self._problems.append(f"spout {id!r}: {type(spout).__name__} is not a rayflow.Spout")
         self._add(ComponentSpec(id, spout, parallelism, dict(config or {})))
@@ -165,9 +163,7 @@ class TopologyBuilder:
         config: dict[str, Any] | None = None,
     ) -> BoltDeclarer:
         if not isinstance(bolt, (Bolt, BasicBolt)):
-            self._problems.append(
-                f"bolt {id!r}: {type(bolt).__name__} is not a rayflow.Bolt or rayflow.BasicBolt"
-            )
+            self._problems.append(f"bolt {id!r}: {type(bolt).__name__} is not a rayflow.Bolt or rayflow.BasicBolt")
         spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
         self._add(spec)
         return BoltDeclarer(spec)

@@ -76,6 +76,5 @@ class Tuple:
 
     def __repr__(self) -> str:
         return (
-            f"Tuple({self.values!r}, source={self.source_component}:{self.source_task}, "
-            f"stream={self.source_stream!r})"
+            f"Tuple({self.values!r}, source={self.source_component}:{self.source_task}, stream={self.source_stream!r})"
         )

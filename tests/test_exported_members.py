@@ -32,6 +32,7 @@ CONTRACT = {
     "ConfigError",
     "EmitError",
     "FailedException",
+    "SpecError",
 }
 
 

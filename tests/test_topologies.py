@@ -378,7 +378,9 @@ class TestTicks:
 
 
 class TestGroupingsOnRay:
-    def _route(self, submit: Submit, declare: Callable[[Any], Any], values: list[Any], tasks: int = 3) -> list[tuple[int, Any]]:
+    def _route(
+        self, submit: Submit, declare: Callable[[Any], Any], values: list[Any], tasks: int = 3
+    ) -> list[tuple[int, Any]]:
         board = Board.remote()
         feeder = FeederSpout(["key"])
         builder = TopologyBuilder()

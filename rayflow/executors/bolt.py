@@ -120,6 +120,8 @@ class BoltExecutor(Executor):
             targets = self.router.direct_target(direct_task, stream, values)
         metrics = self.metrics
         metrics.emitted += 1
+        if not targets:
+            return []
         metrics.transferred += len(targets)
         if self.debug:
             logger.info("%s:%d emit %s %r -> %s", self.component_id, self.task_id, stream, values, targets)
@@ -141,7 +143,7 @@ class BoltExecutor(Executor):
         else:
             for task in targets:
                 edges, per_anchor = anchored_edges([a.edges for a in anchors])  # type: ignore[misc]
-                for anchor, edge in zip(anchors, per_anchor):
+                for anchor, edge in zip(anchors, per_anchor, strict=True):
                     anchor.ack_val ^= edge
                 send(task, stream, values, edges)
         return list(targets)

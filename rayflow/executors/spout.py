@@ -97,7 +97,9 @@ class SpoutExecutor(Executor):
         self.metrics.emitted += 1
         self.metrics.transferred += len(targets)
         if self.debug:
-            logger.info("%s:%d emit %s %r msg_id=%r -> %s", self.component_id, self.task_id, stream, values, msg_id, targets)
+            logger.info(
+                "%s:%d emit %s %r msg_id=%r -> %s", self.component_id, self.task_id, stream, values, msg_id, targets
+            )
         outbox = self.outbox
         if msg_id is None:
             for task in targets:

@@ -10,10 +10,9 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
-from ..groupings import CustomGrouping
-
 from ..config import Config
 from ..errors import RayflowError, TopologyError
+from ..groupings import CustomGrouping
 from ..topology import Topology
 from .handle import TopologyHandle
 from .task_actor import TaskActor
@@ -70,7 +69,9 @@ def submit_topology(
     if not ray.is_initialized():
         raise RayflowError("not connected to Ray: call ray.init() first, or use rayflow.LocalCluster()")
     if not isinstance(topology, Topology):
-        raise TopologyError([f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"])
+        raise TopologyError(
+            [f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"]
+        )
     config = Config.of(conf)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
@@ -78,7 +79,7 @@ def submit_topology(
     shared = ray.put(topology)
     options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000}
     actors = {task: _RemoteTaskActor.options(**options).remote(shared, config, task, layout) for task in layout}
-    nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()])))
+    nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()]), strict=True))
     ray.get([a.connect.remote(actors, nodes) for a in actors.values()])
     handle = TopologyHandle(name, actors, layout, {s.id for s in topology.spouts})
     if active:

@@ -57,14 +57,16 @@ class TopologyHandle:
         """Each task's raw counters, keyed by task id."""
         tasks = list(self._actors)
         snaps = ray.get([self._actors[t].metrics.remote() for t in tasks])
-        return dict(zip(tasks, snaps))
+        return dict(zip(tasks, snaps, strict=True))
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Counters and latencies per component (``"__acker"`` included), summed over tasks."""
         by_component: dict[str, list[dict[str, Any]]] = {}
         for task, snap in self.task_metrics().items():
             by_component.setdefault(self._layout[task], []).append(snap)
-        return {cid: merge(snaps) for cid, snaps in sorted(by_component.items(), key=lambda kv: kv[0] == ACKER_COMPONENT)}
+        return {
+            cid: merge(snaps) for cid, snaps in sorted(by_component.items(), key=lambda kv: kv[0] == ACKER_COMPONENT)
+        }
 
     def wait(self, timeout: float | None = None, poll_secs: float = 0.05) -> bool:
         """Block until every spout task is exhausted with no tree pending (``True``), or until
