@@ -3,7 +3,8 @@ Python loop, measured side by side in one run. Not a test: run it on a quiet mac
 
     python benchmarks/wordcount.py [--sentences N] [--json results.json]
 
-Every configuration splits and counts the same 5 sentences. rayflow runs
+Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
+whose bolts rayflow runs here). rayflow runs
 spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking. The
 latency run feeds the reliable topology at half the rate it reached and reports the complete
 latency (spout emit to spout ack) percentiles.
@@ -17,19 +18,16 @@ import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import ray
 
-from rayflow import BasicBolt, Config, LocalCluster, Spout, TopologyBuilder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: find examples/
 
-SENTENCES = [
-    "the cow jumped over the moon",
-    "an apple a day keeps the doctor away",
-    "four score and seven years ago",
-    "snow white and the seven dwarfs",
-    "i am at two with nature",
-]
+from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
+from rayflow import Config, LocalCluster, Spout, TopologyBuilder  # noqa: E402
+
 WORDS_PER_CYCLE = sum(len(s.split()) for s in SENTENCES)
 
 
@@ -65,26 +63,6 @@ class BenchSpout(Spout):
         raise RuntimeError(f"sentence {msg_id} failed: the benchmark expects no failures")
 
 
-class Split(BasicBolt):
-    outputs = ["word"]
-
-    def execute(self, tup: Any, collector: Any) -> None:
-        for word in tup[0].split():
-            collector.emit([word])
-
-
-class Count(BasicBolt):
-    outputs = ["word", "count"]
-
-    def prepare(self, conf: dict[str, Any], context: Any) -> None:
-        self.counts: dict[str, int] = {}
-
-    def execute(self, tup: Any, collector: Any) -> None:
-        word = tup[0]
-        n = self.counts[word] = self.counts.get(word, 0) + 1
-        collector.emit([word, n])
-
-
 def run_rayflow(
     cluster: LocalCluster,
     sentences: int,
@@ -95,8 +73,8 @@ def run_rayflow(
 ) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
-    builder.set_bolt("split", Split()).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count()).fields_grouping("split", ["word"])
+    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
     conf = Config.of({"ackers": ackers, "max_spout_pending": max_pending, **(tuning or {})})
     handle = cluster.submit_topology(f"wordcount-ackers{ackers}", conf, builder.create_topology(), active=False)
     expected = words_in(sentences)
