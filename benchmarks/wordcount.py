@@ -155,16 +155,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
     parser.add_argument("--linger-ms", type=float, help="rayflow.batch.linger.ms (default: Config's)")
     parser.add_argument("--batch-size", type=int, help="rayflow.batch.size (default: Config's)")
+    parser.add_argument("--control-linger-ms", type=float, help="rayflow.control.linger.ms (default: Config's)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
-    tuning = {k: v for k, v in (("linger_ms", args.linger_ms), ("batch_size", args.batch_size)) if v is not None}
+    tuning = {
+        key: value
+        for key, value in (
+            ("linger_ms", args.linger_ms),
+            ("batch_size", args.batch_size),
+            ("control_linger_ms", args.control_linger_ms),
+        )
+        if value is not None
+    }
     pending = args.max_pending
 
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "config": {
             "max_spout_pending": pending,
-            **Config.of(tuning).model_dump(include={"linger_ms", "batch_size", "max_inflight_batches"}),
+            **Config.of(tuning).model_dump(
+                include={"linger_ms", "control_linger_ms", "batch_size", "max_inflight_batches"}
+            ),
         },
     }
     with LocalCluster() as cluster:

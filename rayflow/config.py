@@ -31,7 +31,10 @@ class Config(BaseModel):
     batch_size: int = Field(1000, ge=1, alias="rayflow.batch.size")
     """Tuples per batch sent to one task: a batch is sent as soon as it is full."""
     linger_ms: float = Field(2.0, gt=0, alias="rayflow.batch.linger.ms")
-    """A batch that is not full is sent after at most this long."""
+    """A data batch that is not full is sent after at most this long."""
+    control_linger_ms: float = Field(10.0, gt=0, alias="rayflow.control.linger.ms")
+    """Under load, acker traffic (acks to the ackers, results to the spouts) is sent at most once
+    per this period per task; when a task has sent nothing for this long it goes at once."""
     max_inflight_batches: int = Field(4, ge=1, alias="rayflow.max.inflight.batches")
     """Unprocessed batches a task may have outstanding to one destination before it waits."""
     task_cpus: float = Field(0.01, ge=0, alias="rayflow.task.cpus")

@@ -355,6 +355,52 @@ class TestSpoutControl:
         assert spout["acked"] == 3 and spout["errors"] >= 3 and "flaky source" in spout["last_error"]
 
 
+class TestFlowControl:
+    def test_a_slow_bolt_throttles_its_spout_instead_of_queueing_without_bound(self, submit: Submit) -> None:
+        """An endless spout (no max_spout_pending) into a bolt taking 5 ms a tuple: the spout
+        gets only a bounded distance ahead of the bolt."""
+
+        class Endless(Spout):
+            outputs = ["n"]
+
+            def open(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
+                self.collector = collector
+                self.n = 0
+
+            def next_tuple(self) -> None:
+                self.n += 1
+                self.collector.emit([self.n])
+
+        class Slow(BasicBolt):
+            def execute(self, tup: Tuple, collector: Any) -> None:
+                time.sleep(0.005)
+
+        builder = TopologyBuilder()
+        builder.set_spout("in", Endless())
+        builder.set_bolt("slow", Slow()).shuffle_grouping("in")
+        handle = submit(builder, {"rayflow.batch.size": 10, "rayflow.max.inflight.batches": 2})
+        time.sleep(3.0)
+        metrics = handle.metrics()
+        executed, emitted = metrics["slow"]["executed"], metrics["in"]["emitted"]
+        assert executed > 50
+        assert emitted - executed < 1_000, (emitted, executed)
+
+    def test_trees_are_acked_to_the_spout_task_that_owns_them(self, submit: Submit) -> None:
+        """Two spout tasks and two ackers: every tuple is acked exactly once, to its own task."""
+        feeder = FeederSpout(["id"])
+        builder = TopologyBuilder()
+        builder.set_spout("in", feeder, parallelism=2)
+        builder.set_bolt("relay", Relay(["id"]), 2).shuffle_grouping("in")
+        builder.set_bolt("sink", Sink(), 2).shuffle_grouping("relay")
+        handle = submit(builder, {"ackers": 2})
+        feeder.feed_many([([i], i) for i in range(200)])
+        assert eventually(lambda: len(feeder.acked()) == 200)
+        assert sorted(feeder.acked()) == list(range(200))
+        metrics = handle.metrics()
+        assert metrics["in"]["acked"] == 200 and metrics["__acker"]["acked"] == 200
+        assert metrics["in"]["tasks"] == 2 and metrics["__acker"]["tasks"] == 2
+
+
 class TestTicks:
     def test_tick_tuples_arrive_at_the_configured_rate(self, submit: Submit) -> None:
         """tick_tuple_freq_secs=0.2 on a bolt: ticks arrive with nothing fed."""

@@ -7,7 +7,7 @@ needs no locks. What runs there:
   returns only once its batch is executed and the results are within the in-flight bound, which
   is what makes backpressure travel upstream);
 - ``push_control`` (acker traffic, served at once, never behind the data lock);
-- background loops: the spout's ``next_tuple`` loop, the linger flush, message-timeout
+- background loops: the spout's ``next_tuple`` loop, message-timeout
   rotation and tick tuples.
 """
 
@@ -59,7 +59,7 @@ class TaskActor:
         self._calls_in = 0
         self._flush_due = False
         self._flushed = 0.0
-        self._linger = 0.0
+        self._control_linger = 0.0
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -85,7 +85,7 @@ class TaskActor:
         gc.set_threshold(*GC_THRESHOLD)
         conf = executor.conf
         linger = conf.linger_ms / 1000.0
-        self._linger = linger
+        self._control_linger = conf.control_linger_ms / 1000.0
         if isinstance(executor, BoltExecutor):
             executor.prepare()
             freq = self._topology.components[component].tick_freq_secs
@@ -119,16 +119,16 @@ class TaskActor:
             self._wake.set()
 
     def _flush_later(self) -> None:
-        """Send what waits in the outbox: at once if nothing went out for ``linger`` (or a
-        batch' worth waits), else when ``linger`` has passed since the last send.
+        """Send what waits in the outbox: at once if nothing went out for the control linger (or
+        a batch' worth waits), else when the control linger has passed since the last send.
 
         So a quiet topology sends every message straight away, and a busy one sends at most
-        one call per destination per ``linger`` -- which matters, as a Ray call costs about a
+        one control call per ``control_linger`` -- which matters, as a Ray call costs about a
         millisecond of CPU on each side."""
         outbox = self._executor.outbox  # type: ignore[union-attr]
         if self._flush_due or outbox.is_empty():
             return
-        wait = self._linger - (time.monotonic() - self._flushed)
+        wait = self._control_linger - (time.monotonic() - self._flushed)
         if wait <= 0 or outbox.control_size() >= outbox.batch_size:
             self._flush_now()
         else:
