@@ -28,7 +28,7 @@ class Config(BaseModel):
     debug: bool = Field(False, alias="topology.debug")
 
     # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
-    batch_size: int = Field(1000, ge=1, alias="rayflow.batch.size")
+    batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")
     """Tuples per batch sent to one task: a batch is sent as soon as it is full."""
     linger_ms: float = Field(2.0, gt=0, alias="rayflow.batch.linger.ms")
     """A data batch that is not full is sent after at most this long."""

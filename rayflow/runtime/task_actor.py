@@ -174,11 +174,12 @@ class TaskActor:
 
     # -- background loops ---------------------------------------------------------------------
     async def _spout_loop(self, executor: SpoutExecutor, linger: float) -> None:
-        """Storm's spout loop: call ``next_tuple`` while allowed; send batches when full or
-        ``linger`` old; when nothing is emitted, send what waits and back off."""
+        """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
+        when a batch fills or ``linger`` passes, inits every control linger; once it stops
+        emitting, everything waiting goes out and the loop backs off."""
         outbox = executor.outbox
         clock = time.monotonic
-        flushed = clock()
+        data_sent = control_sent = clock()
         idle = SPOUT_IDLE_SECS[0]
         while self._running:
             if not executor.wants_next_tuple():
@@ -189,9 +190,13 @@ class TaskActor:
                 continue
             if executor.run_burst(SPOUT_BURST):
                 idle = SPOUT_IDLE_SECS[0]
-                if clock() - flushed >= linger:
-                    outbox.flush()
-                    flushed = clock()
+                now = clock()
+                if now - data_sent >= linger:
+                    outbox.flush_data()
+                    data_sent = now
+                if now - control_sent >= self._control_linger:
+                    outbox.flush_control()
+                    control_sent = now
                 await self._transport.relieve()
                 await asyncio.sleep(0)
             else:
