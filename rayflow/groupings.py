@@ -56,6 +56,11 @@ def _value_bytes(value: Any) -> bytes:
         return value.encode("utf-8", "surrogatepass")
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()  # a numpy scalar: key on the Python number it equals
+    # 1, 1.0 and True are equal keys, so they must go to one task.
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        value = int(value)
     # repr is stable across processes for numbers, strings and containers of them
     # (sets and dicts of strings are not: key on something ordered instead).
     return repr(value).encode("utf-8", "surrogatepass")

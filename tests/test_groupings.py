@@ -246,3 +246,11 @@ class TestCustom:
         grouping = prepared(CustomGrouping(Stray()))
         with pytest.raises(EmitError, match=r"Stray chose task\(s\) \[99\]"):
             grouping.choose_tasks(1, ["w", 1])
+
+
+class TestEqualKeys:
+    def test_equal_numbers_hash_alike(self):
+        """1, 1.0 and True are equal keys in Python, so a fields grouping sends them to one task."""
+        assert stable_hash([1]) == stable_hash([1.0]) == stable_hash([True])
+        assert stable_hash([0]) == stable_hash([False]) == stable_hash([0.0])
+        assert stable_hash([1.5]) != stable_hash([1])
