@@ -83,7 +83,7 @@ class Router:
         route = self._routes.get(stream)
         if route is not None and len(values) == route.arity and not route.direct:
             return route.choose(self.task_id, values)
-        route = self._route(stream, values)
+        self._route(stream, values)  # raises for an undeclared stream or the wrong arity
         raise EmitError(f"{self.component_id!r} stream {stream!r} is direct: use emit_direct(task_id, ...)")
 
     def direct_target(self, task_id: int, stream: str, values: list[Any]) -> list[int]:
