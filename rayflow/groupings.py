@@ -66,9 +66,9 @@ def _value_bytes(value: Any) -> bytes:
     return repr(value).encode("utf-8", "surrogatepass")
 
 
-def stable_hash(values: Sequence[Any], seed: int = 0) -> int:
+def stable_hash(values: Sequence[Any]) -> int:
     """A process-independent hash of ``values``."""
-    h = seed
+    h = 0
     for v in values:
         h = zlib.crc32(_value_bytes(v), h)
     return h

@@ -138,6 +138,12 @@ class BoltDeclarer:
         return self.grouping(component_id, CustomGrouping(grouping), stream)
 
 
+def _not_a(kind: str, id: str, obj: object, expected: str) -> str:
+    if isinstance(obj, type):
+        return f"{kind} {id!r}: got the class {obj.__name__}, not an instance: pass {obj.__name__}(...)"
+    return f"{kind} {id!r}: {type(obj).__name__} is not a {expected}"
+
+
 def _field_list(fields: Sequence[str]) -> list[str]:
     return [fields] if isinstance(fields, str) else list(fields)
 
@@ -151,7 +157,7 @@ class TopologyBuilder:
 
     def set_spout(self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None) -> None:
         if not isinstance(spout, Spout):
-            self._problems.append(f"spout {id!r}: {type(spout).__name__} is not a rayflow.Spout")
+            self._problems.append(_not_a("spout", id, spout, "rayflow.Spout"))
         self._add(ComponentSpec(id, spout, parallelism, dict(config or {})))
 
     def set_bolt(
@@ -163,7 +169,7 @@ class TopologyBuilder:
         config: dict[str, Any] | None = None,
     ) -> BoltDeclarer:
         if not isinstance(bolt, (Bolt, BasicBolt)):
-            self._problems.append(f"bolt {id!r}: {type(bolt).__name__} is not a rayflow.Bolt or rayflow.BasicBolt")
+            self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
         spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
         self._add(spec)
         return BoltDeclarer(spec)
@@ -182,13 +188,17 @@ class TopologyBuilder:
         """Return the topology, or raise one ``TopologyError`` listing every problem found."""
         problems = list(self._problems)
         specs = {cid: copy.copy(spec) for cid, spec in self._specs.items()}
-        for spec in specs.values():
-            spec.inputs = list(spec.inputs)
+        # A class given instead of an instance is reported once; calling its methods unbound
+        # would only add confusing problems, so it is checked no further.
+        classes = {cid for cid, spec in specs.items() if isinstance(spec.component, type)}
+        checked = {cid: spec for cid, spec in specs.items() if cid not in classes}
+        for spec in checked.values():
+            spec.inputs = [sub for sub in spec.inputs if sub.component not in classes]
             problems += _check_component(spec)
-        if not any(s.is_spout for s in specs.values()):
+        if not any(s.is_spout or cid in classes and issubclass(s.component, Spout) for cid, s in specs.items()):
             problems.append("the topology has no spout")
-        for spec in specs.values():
-            problems += _check_inputs(spec, specs)
+        for spec in checked.values():
+            problems += _check_inputs(spec, checked)
         if problems:
             raise TopologyError(problems)
         return Topology(specs)

@@ -195,7 +195,7 @@ class TestProblems:
         """set_spout takes a Spout instance; a class or a bolt is named in the problem."""
         builder = wordcount()
         builder.set_spout("more", Sentences)  # the class, not an instance
-        assert "spout 'more': type is not a rayflow.Spout" in problems_of(builder)
+        assert "spout 'more': got the class Sentences, not an instance: pass Sentences(...)" in problems_of(builder)
 
     def test_bolt_must_be_a_bolt(self):
         """set_bolt takes a Bolt or BasicBolt instance."""
