@@ -41,7 +41,6 @@ __all__ = ["app", "main"]
 REFRESH_SECS = 1.0
 DRAIN_SECS = 5.0
 """After the spouts are deactivated, how long pending trees get to complete before the kill."""
-OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
 app = typer.Typer(
     name="rayflow",
@@ -215,14 +214,16 @@ def run(
 def _ray(address: str | None) -> Iterator[None]:
     """Connected to Ray for the block: the cluster at ``address``, or a local one sized for
     this machine (as ``rayflow.LocalCluster`` does), shut down afterwards."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
+
+    from .runtime.cluster import local_ray_options
 
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address is None:
         err.print("starting Ray ...", style="dim")
-        kwargs.update(num_cpus=os.cpu_count() or 2, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES)
+        kwargs.update(local_ray_options())
     else:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs["address"] = address
     try:
         ray.init(**kwargs)

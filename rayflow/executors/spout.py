@@ -158,7 +158,10 @@ class SpoutExecutor(Executor):
         """Advance the message timeout by one cohort (called every ``message_timeout_secs``)."""
         self.pending.rotate()
 
+    @property
+    def finished(self) -> bool:
+        """Exhausted, with no tree pending and no replay due: what ``TopologyHandle.wait`` waits for."""
+        return self.exhausted and not self._poll_after_fail and not len(self.pending) and not self._acked_at_emit
+
     def snapshot(self) -> dict[str, Any]:
-        pending = len(self.pending)
-        finished = self.exhausted and not self._poll_after_fail and not pending and not self._acked_at_emit
-        return self.metrics.snapshot(pending=pending, exhausted=self.exhausted, finished=finished)
+        return self.metrics.snapshot(pending=len(self.pending), exhausted=self.exhausted, finished=self.finished)

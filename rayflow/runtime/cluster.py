@@ -17,7 +17,7 @@ from ..topology import Topology
 from .handle import TopologyHandle
 from .task_actor import TaskActor
 
-__all__ = ["LocalCluster", "submit_topology"]
+__all__ = ["LocalCluster", "local_ray_options", "submit_topology"]
 
 _RemoteTaskActor = ray.remote(TaskActor)
 
@@ -87,6 +87,17 @@ def submit_topology(
     return handle
 
 
+def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
+    """``ray.init`` settings for a local Ray on a small machine (see docs: stack)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return {
+        "num_cpus": num_cpus or os.cpu_count() or 2,
+        "include_dashboard": False,
+        "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,
+        "log_to_driver": False,
+    }
+
+
 class LocalCluster:
     """Run topologies on a local Ray instance.
 
@@ -98,13 +109,7 @@ class LocalCluster:
         self._handles: list[TopologyHandle] = []
         self._started_ray = False
         if not ray.is_initialized():
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            kwargs: dict[str, Any] = {
-                "num_cpus": num_cpus or os.cpu_count() or 2,
-                "include_dashboard": False,
-                "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,
-                "log_to_driver": False,
-            }
+            kwargs = local_ray_options(num_cpus)
             kwargs.update(ray_init_kwargs)
             ray.init(**kwargs)
             self._started_ray = True

@@ -73,8 +73,7 @@ class TopologyHandle:
         ``timeout`` seconds pass (``False``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            snaps = ray.get([self._actors[t].metrics.remote() for t in self._spout_tasks])
-            if all(s["finished"] for s in snaps):
+            if all(ray.get([self._actors[t].finished.remote() for t in self._spout_tasks])):
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False

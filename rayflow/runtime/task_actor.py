@@ -156,6 +156,10 @@ class TaskActor:
         snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid())
         return snap
 
+    async def finished(self) -> bool:
+        """For ``TopologyHandle.wait``: is this spout task done (see ``SpoutExecutor.finished``)?"""
+        return isinstance(self._executor, SpoutExecutor) and self._executor.finished
+
     async def shutdown(self) -> None:
         """Stop the loops, then close the spout or clean up the bolt."""
         self._running = False

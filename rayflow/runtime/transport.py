@@ -45,8 +45,8 @@ class RayTransport:
         """Wait until no destination has more than ``max_inflight`` calls outstanding."""
         for (dest, control), queue in self._inflight.items():
             if dest == self._own_task:
-                # A bolt fed by its own stream: waiting on itself would deadlock. Forget the
-                # oldest calls instead (a lost batch shows up as timed-out trees).
+                # A bolt fed by its own stream: waiting on itself would deadlock, so stop
+                # tracking the oldest calls instead (they still run; only the bound is lifted).
                 while len(queue) > self._max:
                     queue.popleft()
                 continue
@@ -55,12 +55,3 @@ class RayTransport:
                     await queue.popleft()
                 except Exception as exc:  # the receiver died or failed: its trees will time out
                     logger.warning("batch to task %d (%s) was lost: %s", dest, "control" if control else "data", exc)
-
-    async def drain(self) -> None:
-        """Wait for every outstanding call."""
-        for queue in self._inflight.values():
-            while queue:
-                try:
-                    await queue.popleft()
-                except Exception as exc:
-                    logger.warning("batch lost while draining: %s", exc)
