@@ -59,6 +59,12 @@ class _Component:
         if self.outputs is not None:
             declarer.declare(list(self.outputs))
 
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        """Config this component asks for itself, as Storm's ``getComponentConfiguration``
+        (e.g. ``{"tick_tuple_freq_secs": 5}`` for a bolt that flushes on ticks). The
+        ``config=`` given to ``set_spout``/``set_bolt`` wins over it."""
+        return None
+
 
 class Spout(_Component):
     """A source of tuples. Emit from ``next_tuple``; ``ack``/``fail`` report the fate of a tree."""

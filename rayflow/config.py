@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ConfigError
 
-__all__ = ["Config"]
+__all__ = ["DEFAULT_MAX_SPOUT_PENDING", "Config"]
+
+DEFAULT_MAX_SPOUT_PENDING = 5000
 
 
 class Config(BaseModel):
@@ -23,9 +25,15 @@ class Config(BaseModel):
 
     message_timeout_secs: float = Field(30.0, gt=0, alias="topology.message.timeout.secs")
     ackers: int = Field(1, ge=0, alias="topology.acker.executors")
-    max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
+    max_spout_pending: int | None = Field(DEFAULT_MAX_SPOUT_PENDING, ge=1, alias="topology.max.spout.pending")
+    """Trees in flight per spout task. Finite by default so that a bolt that never acks cannot
+    grow the spout's and the acker's memory without bound; ``None`` lifts the cap."""
     enable_message_timeouts: bool = Field(True, alias="topology.enable.message.timeouts")
     debug: bool = Field(False, alias="topology.debug")
+    tick_tuple_freq_secs: float | None = Field(None, gt=0, alias="topology.tick.tuple.freq.secs")
+    """Deliver a tick tuple this often to every bolt it applies to (usually set per component)."""
+    max_task_restarts: int = Field(-1, ge=-1, alias="rayflow.task.max.restarts")
+    """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
 
     # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
     batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")

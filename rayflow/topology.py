@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
-from .errors import TopologyError
+from .config import Config
+from .errors import ConfigError, TopologyError
 from .groupings import (
     AllGrouping,
     CustomGrouping,
@@ -52,10 +53,6 @@ class ComponentSpec:
     def is_spout(self) -> bool:
         return isinstance(self.component, Spout)
 
-    @property
-    def tick_freq_secs(self) -> float | None:
-        freq = self.config.get("tick_tuple_freq_secs", self.config.get("topology.tick.tuple.freq.secs"))
-        return None if freq is None else float(freq)
 
 
 @dataclass
@@ -209,9 +206,19 @@ def _check_component(spec: ComponentSpec) -> list[str]:
     problems = []
     if isinstance(spec.parallelism, bool) or not isinstance(spec.parallelism, int) or spec.parallelism < 1:
         problems.append(f"{kind} {spec.id!r}: parallelism must be an integer >= 1, got {spec.parallelism!r}")
-    freq = spec.config.get("tick_tuple_freq_secs")
-    if freq is not None and (not isinstance(freq, (int, float)) or isinstance(freq, bool) or freq <= 0):
-        problems.append(f"{kind} {spec.id!r}: tick_tuple_freq_secs must be a number > 0, got {freq!r}")
+    try:
+        own = spec.component.get_component_configuration()
+    except Exception as exc:  # user code: report, never crash validation
+        problems.append(f"{kind} {spec.id!r}: get_component_configuration raised {type(exc).__name__}: {exc}")
+        own = None
+    if own is not None and not isinstance(own, dict):
+        problems.append(f"{kind} {spec.id!r}: get_component_configuration must return a dict, got {own!r}")
+    elif own:
+        spec.config = {**own, **spec.config}  # what the builder was given wins, as in Storm
+    try:
+        Config().merged(spec.config)
+    except ConfigError as exc:
+        problems.append(f"{kind} {spec.id!r}: {exc}")
     declarer = OutputFieldsDeclarer()
     try:
         spec.component.declare_output_fields(declarer)

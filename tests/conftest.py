@@ -16,12 +16,9 @@ def ray_cluster() -> Iterator[str]:
     """Start Ray once; yields the GCS address (for subprocesses that join with --address)."""
     import ray
 
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=300 * 1024 * 1024,
-        log_to_driver=False,
-    )
+    from rayflow.runtime.cluster import local_ray_options
+
+    ray.init(**local_ray_options(2))
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

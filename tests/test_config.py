@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rayflow.config import Config
+from rayflow.config import DEFAULT_MAX_SPOUT_PENDING, Config
 from rayflow.errors import ConfigError, RayflowError
 
 STORM_KEYS = {
@@ -24,7 +24,7 @@ class TestDefaults:
         conf = Config()
         assert conf.message_timeout_secs == 30.0
         assert conf.ackers == 1
-        assert conf.max_spout_pending is None
+        assert conf.max_spout_pending == DEFAULT_MAX_SPOUT_PENDING
         assert conf.enable_message_timeouts is True
         assert conf.debug is False
 
@@ -100,7 +100,7 @@ class TestInvalid:
         conf = Config()
         with pytest.raises(ConfigError, match="max_spout_pending"):
             conf.max_spout_pending = 0
-        assert conf.max_spout_pending is None
+        assert conf.max_spout_pending == DEFAULT_MAX_SPOUT_PENDING
 
     def test_is_a_rayflow_error(self):
         """ConfigError is one of rayflow's errors."""

@@ -102,7 +102,7 @@ class TestGoodFile:
         assert isinstance(components["count"].component, Count)
         assert components["count"].component.start == 10
         assert [c.parallelism for c in (components["words"], components["upper"], components["count"])] == [1, 3, 2]
-        assert components["upper"].tick_freq_secs == 2
+        assert Config().merged(components["upper"].config).tick_tuple_freq_secs == 2
         [to_upper] = components["upper"].inputs
         assert (to_upper.component, to_upper.stream, type(to_upper.grouping)) == ("words", "default", ShuffleGrouping)
         [to_count] = components["count"].inputs

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
+from rayflow.config import Config
 from rayflow.context import TopologyContext
 from rayflow.errors import TopologyError
 from rayflow.groupings import StreamId
@@ -221,12 +222,14 @@ class TestProblems:
         builder.set_bolt("sink", Sink()).custom_grouping("split", object())  # type: ignore[arg-type]
         assert "custom grouping object must have prepare(" in only_problem(builder)
 
-    @pytest.mark.parametrize("freq", [0, -1.0, "1"])
-    def test_tick_frequency(self, freq: Any):
-        """tick_tuple_freq_secs must be a positive number."""
+    @pytest.mark.parametrize("key", ["tick_tuple_freq_secs", "topology.tick.tuple.freq.secs"])
+    @pytest.mark.parametrize("freq", [0, -1.0, "abc"])
+    def test_tick_frequency(self, freq: Any, key: str):
+        """The tick frequency must be a positive number, under either spelling, at create_topology."""
         builder = wordcount()
-        builder.set_bolt("sink", Sink(), config={"tick_tuple_freq_secs": freq}).shuffle_grouping("split")
-        assert "tick_tuple_freq_secs must be a number > 0" in only_problem(builder)
+        builder.set_bolt("sink", Sink(), config={key: freq}).shuffle_grouping("split")
+        problem = only_problem(builder)
+        assert problem.startswith("bolt 'sink': invalid config: tick_tuple_freq_secs")
 
 
 class TestValidTopology:
@@ -305,9 +308,27 @@ class TestValidTopology:
         builder.set_bolt("ticking", Sink(), config={"tick_tuple_freq_secs": 2}).shuffle_grouping("split")
         builder.set_bolt("storm", Sink(), config={"topology.tick.tuple.freq.secs": 0.5}).shuffle_grouping("split")
         components = builder.create_topology().components
-        assert components["ticking"].tick_freq_secs == 2.0
-        assert components["storm"].tick_freq_secs == 0.5
-        assert components["count"].tick_freq_secs is None
+
+        def freq(cid: str) -> float | None:
+            return Config().merged(components[cid].config).tick_tuple_freq_secs
+
+        assert freq("ticking") == 2.0
+        assert freq("storm") == 0.5
+        assert freq("count") is None
+
+    def test_component_asks_for_its_own_config(self):
+        """get_component_configuration() is Storm's per-component config; set_bolt's config wins."""
+
+        class Flusher(Sink):
+            def get_component_configuration(self) -> dict[str, Any]:
+                return {"tick_tuple_freq_secs": 5, "flush_rows": 10}
+
+        builder = wordcount()
+        builder.set_bolt("own", Flusher()).shuffle_grouping("split")
+        builder.set_bolt("given", Flusher(), config={"tick_tuple_freq_secs": 1}).shuffle_grouping("split")
+        components = builder.create_topology().components
+        assert components["own"].config == {"tick_tuple_freq_secs": 5, "flush_rows": 10}
+        assert components["given"].config == {"tick_tuple_freq_secs": 1, "flush_rows": 10}
 
     def test_builder_can_grow_after_create(self):
         """A topology already created is not changed by later additions to its builder."""

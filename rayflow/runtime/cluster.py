@@ -88,9 +88,14 @@ def submit_topology(
 
 
 def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
-    """``ray.init`` settings for a local Ray on a small machine (see docs: stack)."""
+    """``ray.init`` settings that start a new local Ray sized for a small machine.
+
+    ``address="local"`` makes ``ray.init`` start its own instance even when ``RAY_ADDRESS`` is
+    set or a ``ray start`` cluster runs on the machine (joining one of those with ``num_cpus``
+    given fails)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     return {
+        "address": "local",
         "num_cpus": num_cpus or os.cpu_count() or 2,
         "include_dashboard": False,
         "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,

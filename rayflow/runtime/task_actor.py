@@ -88,7 +88,7 @@ class TaskActor:
         self._control_linger = conf.control_linger_ms / 1000.0
         if isinstance(executor, BoltExecutor):
             executor.prepare()
-            freq = self._topology.components[component].tick_freq_secs
+            freq = conf.tick_tuple_freq_secs
             if freq:
                 self._start(self._tick_loop(freq))
         elif isinstance(executor, AckerExecutor):
