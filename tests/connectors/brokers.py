@@ -1,0 +1,143 @@
+"""What the broker tests share: reaching the brokers, driving a spout in-process, cutting its
+connection (a TCP proxy between the spout and the broker)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rayflow.context import TopologyContext
+
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def unique(prefix: str) -> str:
+    return f"rayflow-test-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
+
+
+def require_rabbitmq() -> None:
+    pytest.importorskip("pika", reason="the rabbitmq extra (pika) is not installed")
+    if not reachable(5672):
+        pytest.skip("RabbitMQ is not reachable on 127.0.0.1:5672")
+
+
+def require_redis() -> None:
+    pytest.importorskip("redis", reason="the redis extra (redis-py) is not installed")
+    if not reachable(6379):
+        pytest.skip("Redis is not reachable on 127.0.0.1:6379")
+
+
+def context(task_id: int = 1, component: str = "source") -> TopologyContext:
+    return TopologyContext(task_id, {task_id: component}, {component: {}})
+
+
+class FakeCollector:
+    """Records what a spout emits and reports, as the spout executor would see it."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[list[Any], Any]] = []
+        self.errors: list[BaseException] = []
+
+    def emit(self, values: list[Any], msg_id: Any = None, stream: str = "default") -> list[int]:
+        self.emitted.append((list(values), msg_id))
+        return [2]
+
+    def exhausted(self) -> None:
+        pass
+
+    def report_error(self, exc: BaseException) -> None:
+        self.errors.append(exc)
+
+
+def drive(spout: Any, collector: FakeCollector, until: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Call ``next_tuple`` as the spout loop does until ``until()`` holds (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if until():
+            return True
+        spout.next_tuple()
+        time.sleep(0.001)
+    return until()
+
+
+class Proxy:
+    """A TCP forwarder to ``127.0.0.1:target``. ``cut()`` drops every connection through it and
+    refuses new ones (as when the broker or the network goes away); ``restore()`` lets them in."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._up = True
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str) -> str:
+        return url.replace(f":{self.target}", f":{self.port}")
+
+    def cut(self) -> None:
+        with self._lock:
+            self._up = False
+            for sock in self._sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            self._sockets.clear()
+
+    def restore(self) -> None:
+        with self._lock:
+            self._up = True
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if not self._up:
+                    client.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(("127.0.0.1", self.target))
+                except OSError:
+                    client.close()
+                    continue
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -1,0 +1,225 @@
+"""RabbitMQSpout against the real RabbitMQ on 127.0.0.1, driven in-process (no Ray): the spout
+object is opened with a recording collector and its ``next_tuple``/``ack``/``fail`` are called
+as the spout executor calls them. Each test uses its own queue and deletes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rayflow.errors import ConfigError
+from tests.connectors.brokers import RABBITMQ_URL, FakeCollector, Proxy, context, drive, require_rabbitmq, unique
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    require_rabbitmq()
+    import pika
+
+    name = unique("queue")
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    connection.channel().queue_declare(name)
+    try:
+        yield name
+    finally:
+        connection.channel().queue_delete(name)
+        connection.close()
+
+
+def publish(queue: str, *bodies: bytes | str) -> None:
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    channel = connection.channel()
+    for body in bodies:
+        channel.basic_publish("", queue, body)
+    connection.close()
+
+
+def ready(queue: str) -> int:
+    """Messages waiting in the queue (not delivered, or delivered and given back)."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    count = int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+    connection.close()
+    return count
+
+
+def opened(queue: str, conf: dict[str, Any] | None = None, **kwargs: Any) -> tuple[Any, FakeCollector]:
+    from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+    spout = RabbitMQSpout(queue, **kwargs)
+    collector = FakeCollector()
+    spout.open({"max_spout_pending": 1000, **(conf or {})}, context(), collector)
+    spout.activate()
+    return spout, collector
+
+
+def eventually_ready(queue: str, n: int, timeout: float = 10.0) -> bool:
+    from tests.conftest import eventually
+
+    return eventually(lambda: ready(queue) == n, timeout=timeout, interval=0.1)
+
+
+class TestDelivery:
+    def test_one_tuple_per_message_body_as_text_or_bytes(self, queue: str) -> None:
+        publish(queue, "the cow jumped", b"\xff\xfe raw")
+        spout, collector = opened(queue, fields=("body", "routing_key", "redelivered"))
+        assert drive(spout, collector, lambda: len(collector.emitted) == 2)
+        assert [values for values, _ in collector.emitted] == [
+            ["the cow jumped", queue, False],
+            [b"\xff\xfe raw", queue, False],
+        ]
+        spout.close()
+
+    def test_broker_ack_only_when_the_tree_is_acked(self, queue: str) -> None:
+        """Closing the spout hands unacked messages back: only the acked one is gone for good."""
+        publish(queue, "a", "b", "c")
+        spout, collector = opened(queue)
+        assert drive(spout, collector, lambda: len(collector.emitted) == 3)
+        assert ready(queue) == 0  # all three delivered, none acked yet
+        spout.ack(collector.emitted[1][1])
+        spout.close()
+        assert eventually_ready(queue, 2)
+
+    def test_every_message_acked_leaves_the_queue_empty(self, queue: str) -> None:
+        publish(queue, *[f"m{i}" for i in range(50)])
+        spout, collector = opened(queue)
+        assert drive(spout, collector, lambda: len(collector.emitted) == 50)
+        for _, msg_id in collector.emitted:
+            spout.ack(msg_id)
+        spout.close()
+        assert ready(queue) == 0
+
+    def test_fail_puts_the_message_back_and_it_comes_again(self, queue: str) -> None:
+        publish(queue, "retry me")
+        spout, collector = opened(queue, fields=("body", "redelivered"))
+        assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+        spout.fail(collector.emitted[0][1], "timeout")
+        assert drive(spout, collector, lambda: len(collector.emitted) == 2)
+        assert collector.emitted[1][0] == ["retry me", True]
+        spout.ack(collector.emitted[1][1])
+        spout.close()
+        assert ready(queue) == 0
+
+    def test_one_argument_fail_works_too(self, queue: str) -> None:
+        publish(queue, "x")
+        spout, collector = opened(queue)
+        assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+        spout.fail(collector.emitted[0][1])
+        assert drive(spout, collector, lambda: len(collector.emitted) == 2)
+        spout.close()
+
+    def test_prefetch_defaults_to_max_spout_pending_and_a_quarter(self, queue: str) -> None:
+        """The broker pushes no more unacked messages than the prefetch: the spout stalls there."""
+        publish(queue, *[str(i) for i in range(300)])
+        spout, collector = opened(queue, conf={"max_spout_pending": 100})
+        drive(spout, collector, lambda: len(collector.emitted) >= 125, timeout=5)
+        assert not drive(spout, collector, lambda: len(collector.emitted) > 125, timeout=0.5)
+        assert ready(queue) == 300 - 125
+        spout.close()
+
+    def test_deactivate_hands_back_what_was_not_emitted(self, queue: str) -> None:
+        publish(queue, *[str(i) for i in range(20)])
+        spout, collector = opened(queue, prefetch=20)
+        assert drive(spout, collector, lambda: len(collector.emitted) == 5)
+        spout.deactivate()
+        assert eventually_ready(queue, 15)
+        spout.ack(collector.emitted[0][1])  # pending trees still complete while inactive
+        spout.close()
+        assert eventually_ready(queue, 19)
+
+
+class TestFaults:
+    def test_a_dead_spouts_messages_are_redelivered_to_another(self, queue: str) -> None:
+        """Spout one's connection dies (a proxy cuts it, as a killed process would) with its
+        messages unacked; spout two gets every one of them, flagged redelivered."""
+        publish(queue, "p", "q", "r")
+        proxy = Proxy(5672)
+        try:
+            first, first_collector = opened(queue, url=proxy.url(RABBITMQ_URL))
+            assert drive(first, first_collector, lambda: len(first_collector.emitted) == 3)
+            proxy.cut()
+            second, collector = opened(queue, fields=("body", "redelivered"))
+            assert drive(second, collector, lambda: len(collector.emitted) == 3)
+            assert sorted(values[0] for values, _ in collector.emitted) == ["p", "q", "r"]
+            assert all(values[1] for values, _ in collector.emitted)
+            second.close()
+        finally:
+            proxy.close()
+
+    def test_lost_connection_is_retried_with_backoff_and_reported_once(self, queue: str) -> None:
+        publish(queue, "before")
+        proxy = Proxy(5672)
+        try:
+            spout, collector = opened(queue, url=proxy.url(RABBITMQ_URL))
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            stale = collector.emitted[0][1]
+            proxy.cut()
+            # the outage lasts a while; next_tuple keeps being called and never raises
+            drive(spout, collector, lambda: False, timeout=1.0)
+            assert len(collector.errors) == 1
+            assert queue in str(collector.errors[0]) and "guest:***@" in str(collector.errors[0])
+            spout.ack(stale)  # its channel is gone: dropped, the broker redelivers the message
+            assert spout.stale_acks == 1
+            proxy.restore()
+            publish(queue, "after")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 3)
+            assert len(collector.errors) == 1
+            assert sorted(values[0] for values, _ in collector.emitted[1:]) == ["after", "before"]
+            for _, msg_id in collector.emitted[1:]:
+                spout.ack(msg_id)
+            spout.close()
+            assert ready(queue) == 0
+        finally:
+            proxy.close()
+
+    def test_missing_queue_is_reported_once_and_picked_up_once_declared(self) -> None:
+        require_rabbitmq()
+        import pika
+
+        name = unique("late-queue")
+        spout, collector = opened(name)
+        drive(spout, collector, lambda: False, timeout=0.5)
+        assert len(collector.errors) == 1 and name in str(collector.errors[0])
+        connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+        try:
+            connection.channel().queue_declare(name)
+            publish(name, "finally")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            spout.close()
+        finally:
+            connection.channel().queue_delete(name)
+            connection.close()
+
+
+class TestConstruction:
+    def test_unknown_field_names_the_allowed_ones(self) -> None:
+        pytest.importorskip("pika")
+        from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+        with pytest.raises(ConfigError, match=r"unknown field\(s\) \['bdy'\].*'body'"):
+            RabbitMQSpout("q", fields=("bdy",))
+
+    @pytest.mark.parametrize("prefetch", [0, 70_000, 1.5, True])
+    def test_prefetch_out_of_range(self, prefetch: Any) -> None:
+        pytest.importorskip("pika")
+        from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+        with pytest.raises(ConfigError, match="prefetch must be an int from 1 to 65535"):
+            RabbitMQSpout("q", prefetch=prefetch)
+
+    def test_the_spout_pickles_before_open(self) -> None:
+        """Components travel to their tasks pickled: nothing unpicklable before ``open``."""
+        pytest.importorskip("pika")
+        import pickle
+
+        from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+        spout = pickle.loads(pickle.dumps(RabbitMQSpout("q", prefetch=10)))
+        assert (spout.queue, spout.prefetch, spout.fields) == ("q", 10, ("body",))
