@@ -1,13 +1,16 @@
-"""Word-count benchmark: rayflow with acking, without acking, one Ray call per tuple, and a bare
-Python loop, measured side by side in one run. Not a test: run it on a quiet machine.
+"""Word-count benchmark: rayflow with acking, without acking, one Ray call per tuple, bytewax
+(when installed: the ``bench`` extra) and a bare Python loop, measured side by side in one run.
+Not a test: run it on a quiet machine.
 
-    python benchmarks/wordcount.py [--sentences N] [--json results.json]
+    python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--json results.json]
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
 whose bolts rayflow runs here). rayflow runs
-spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking. The
-latency run feeds the reliable topology at half the rate it reached and reports the complete
-latency (spout emit to spout ack) percentiles.
+spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking; the
+sweep runs the reliable topology again with 2 and 4 tasks per bolt. The latency run feeds the
+reliable topology at half the rate it reached and reports the complete latency (spout emit to
+spout ack) percentiles. bytewax runs the same split and count (``flat_map`` then a keyed
+``stateful_map``) on one worker, without any acking.
 """
 
 from __future__ import annotations
@@ -70,13 +73,15 @@ def run_rayflow(
     rate: float | None = None,
     max_pending: int = 4000,
     tuning: dict[str, Any] | None = None,
+    tasks: int = 1,
 ) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
-    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
+    builder.set_bolt("split", SplitSentence(), parallelism=tasks).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism=tasks).fields_grouping("split", ["word"])
     conf = Config.of({"ackers": ackers, "max_spout_pending": max_pending, **(tuning or {})})
-    handle = cluster.submit_topology(f"wordcount-ackers{ackers}", conf, builder.create_topology(), active=False)
+    name = f"wordcount-ackers{ackers}-tasks{tasks}"
+    handle = cluster.submit_topology(name, conf, builder.create_topology(), active=False)
     expected = words_in(sentences)
     started = time.perf_counter()
     handle.activate()
@@ -137,6 +142,43 @@ def run_per_call(sentences: int) -> dict[str, Any]:
     return {"words": expected, "seconds": elapsed, "words_per_s": expected / elapsed}
 
 
+def run_bytewax(sentences: int, batch_size: int) -> dict[str, Any] | None:
+    """The same split and count on bytewax 0.21, one worker, in this process; ``None`` when
+    bytewax is not installed."""
+    try:
+        import bytewax.operators as op
+        from bytewax.dataflow import Dataflow
+        from bytewax.outputs import DynamicSink, StatelessSinkPartition
+        from bytewax.testing import TestingSource, run_main
+    except ImportError:
+        return None
+
+    counted = [0]
+
+    class Tally(StatelessSinkPartition[Any]):
+        def write_batch(self, items: list[Any]) -> None:
+            counted[0] += len(items)
+
+    class TallySink(DynamicSink[Any]):
+        def build(self, step_id: str, worker_index: int, worker_count: int) -> Tally:
+            return Tally()
+
+    def count(state: int | None, word: str) -> tuple[int, int]:
+        state = (state or 0) + 1
+        return state, state
+
+    flow = Dataflow("wordcount")
+    lines = op.input("sentences", flow, TestingSource([SENTENCES[i % 5] for i in range(sentences)], batch_size))
+    words = op.flat_map("split", lines, str.split)
+    counts = op.stateful_map("count", op.key_on("word", words, lambda word: word), count)
+    op.output("out", counts, TallySink())
+    started = time.perf_counter()
+    run_main(flow)
+    elapsed = time.perf_counter() - started
+    assert counted[0] == words_in(sentences), counted
+    return {"words": counted[0], "seconds": elapsed, "words_per_s": counted[0] / elapsed, "batch_size": batch_size}
+
+
 def run_bare_loop(sentences: int) -> dict[str, Any]:
     counts: dict[str, int] = {}
     started = time.perf_counter()
@@ -156,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--linger-ms", type=float, help="rayflow.batch.linger.ms (default: Config's)")
     parser.add_argument("--batch-size", type=int, help="rayflow.batch.size (default: Config's)")
     parser.add_argument("--control-linger-ms", type=float, help="rayflow.control.linger.ms (default: Config's)")
+    parser.add_argument("--tasks", type=int, nargs="*", default=[1, 2, 4], help="tasks per bolt in the sweep")
+    parser.add_argument("--bytewax-batch", type=int, default=1000, help="bytewax TestingSource batch size")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
     tuning = {
@@ -187,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
             cluster, int(half_rate * args.latency_secs), 1, rate=half_rate, max_pending=pending, tuning=tuning
         )
         results["half_rate"]["sentences_per_s"] = half_rate
+        results["tasks"] = {
+            str(n): run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n)
+            for n in args.tasks
+            if n != 1
+        }
+        results["tasks"]["1"] = results["reliable"]
+    results["bytewax"] = run_bytewax(args.sentences, args.bytewax_batch)
     results["bare_loop"] = run_bare_loop(args.sentences * 5)
 
     reliable = results["reliable"]["words_per_s"]
@@ -195,15 +246,23 @@ def main(argv: list[str] | None = None) -> int:
         "reliable_vs_unreliable": reliable / results["unreliable"]["words_per_s"],
         "reliable_vs_bare_loop": reliable / results["bare_loop"]["words_per_s"],
     }
+    if results["bytewax"] is not None:
+        results["ratios"]["reliable_vs_bytewax"] = reliable / results["bytewax"]["words_per_s"]
 
     print(f"{'configuration':<28}{'words/s':>14}")
     for key, label in [
         ("reliable", "rayflow, acking (1 acker)"),
         ("unreliable", "rayflow, ackers=0"),
         ("per_call", "one Ray call per tuple"),
+        ("bytewax", "bytewax 0.21, 1 worker"),
         ("bare_loop", "bare Python loop"),
     ]:
+        if results[key] is None:
+            print(f"{label:<28}{'not installed':>14}")
+            continue
         print(f"{label:<28}{results[key]['words_per_s']:>14,.0f}")
+    for n, run in sorted(results["tasks"].items(), key=lambda item: int(item[0])):
+        print(f"{f'acking, {n} split x {n} count':<28}{run['words_per_s']:>14,.0f}")
     for name, ratio in results["ratios"].items():
         print(f"{name:<28}{ratio:>14.3f}")
     for key in ("reliable", "half_rate"):

@@ -1,0 +1,209 @@
+"""The executors alone: word count through the real executors and the real wire format, no Ray.
+
+    python benchmarks/inprocess.py [--sentences N] [--runs R] [--profile]
+
+Every task of spout -> split (shuffle) -> count (fields on word), acking on with one acker, is
+built as the runtime builds it, and every payload is pickled by its sender and unpickled by its
+receiver exactly as ``RayTransport`` and ``TaskActor`` do. What is left out is only Ray's call
+itself. Deliveries follow the runtime's order: control (acker traffic) ahead of data, the spout
+emitting bursts while its pending budget allows. The figure is CPU microseconds
+(``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the
+executors put under any end-to-end throughput (a 2-core box can at most run two of them at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import gc
+import pickle
+import pstats
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: find examples/
+
+from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
+from rayflow import Config, Spout, TopologyBuilder  # noqa: E402
+from rayflow.context import TopologyContext  # noqa: E402
+from rayflow.topology import Topology  # noqa: E402
+
+SPOUT_BURST = 256
+"""``next_tuple`` calls per turn, as the runtime's spout loop makes them."""
+
+
+def words_in(sentences: int) -> int:
+    full, rest = divmod(sentences, len(SENTENCES))
+    return full * sum(len(s.split()) for s in SENTENCES) + sum(len(s.split()) for s in SENTENCES[:rest])
+
+
+class CountingSpout(Spout):
+    """Emits ``total`` sentences, tracked; a failure would make the figure meaningless."""
+
+    outputs = ["sentence"]
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        self.sent = 0
+        self.acked = 0
+
+    def next_tuple(self) -> None:
+        if self.sent >= self.total:
+            self.collector.exhausted()
+            return
+        self.collector.emit([SENTENCES[self.sent % 5]], msg_id=self.sent)
+        self.sent += 1
+
+    def ack(self, msg_id: Any) -> None:
+        self.acked += 1
+
+    def fail(self, msg_id: Any) -> None:
+        raise RuntimeError(f"sentence {msg_id} failed: the benchmark expects no failures")
+
+
+def wordcount(sentences: int, split: int = 1, count: int = 1) -> Topology:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", CountingSpout(sentences))
+    builder.set_bolt("split", SplitSentence(), parallelism=split).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism=count).fields_grouping("split", ["word"])
+    return builder.create_topology()
+
+
+def _build(topology: Topology, conf: Config, context: TopologyContext, link: Any) -> Any:
+    """One task's executor, made the way the runtime makes it."""
+    from rayflow import executors
+
+    make = getattr(executors, "make_executor", None)
+    if make is not None:
+        return make(topology, conf, context, link)
+    from rayflow.topology import ACKER_COMPONENT  # before the executor lifecycle refactor
+
+    component = context.this_component_id
+    if component == ACKER_COMPONENT:
+        cls = executors.AckerExecutor
+    elif topology.components[component].is_spout:
+        cls = executors.SpoutExecutor
+    else:
+        cls = executors.BoltExecutor
+    return cls(topology, conf, context, link.send_data, link.send_control)
+
+
+class PickleLink:
+    """The wire: every payload pickled (protocol 5) on send and queued for its destination."""
+
+    def __init__(self, data: deque[tuple[int, bytes]], control: deque[tuple[int, bytes]]) -> None:
+        self._data = data
+        self._control = control
+
+    def send_data(self, dest: int, payload: Any) -> None:
+        self._data.append((dest, pickle.dumps(payload, protocol=5)))
+
+    def send_control(self, dest: int, payload: Any) -> None:
+        self._control.append((dest, pickle.dumps(payload, protocol=5)))
+
+    def backlog(self, dest: int) -> int:
+        return 0
+
+
+class Run:
+    """Every task of the word count, wired through pickled queues."""
+
+    def __init__(self, sentences: int, split: int, count: int, conf: dict[str, Any]) -> None:
+        topology = wordcount(sentences, split, count)
+        self.conf = Config.of({"ackers": 1, **conf})
+        self.data: deque[tuple[int, bytes]] = deque()
+        self.control: deque[tuple[int, bytes]] = deque()
+        link = PickleLink(self.data, self.control)
+        layout = topology.task_layout(self.conf.ackers)
+        self.executors: dict[int, Any] = {}
+        for task in layout:
+            context = TopologyContext(task, layout, topology.stream_fields())
+            self.executors[task] = _build(copy.deepcopy(topology), self.conf, context, link)
+        self.spouts = [e for e in self.executors.values() if e.kind == "spout"]
+        for executor in self.executors.values():
+            if hasattr(executor, "start"):
+                executor.start()
+            elif executor.kind == "bolt":
+                executor.prepare()
+        for spout in self.spouts:
+            spout.activate()
+
+    def drain(self) -> None:
+        """Deliver until nothing moves: control first, then one data batch, as a task actor
+        serves them; acker traffic is flushed once per round (the runtime lingers on it)."""
+        executors, data, control = self.executors, self.data, self.control
+        while True:
+            while control:
+                dest, payload = control.popleft()
+                executors[dest].receive_control(pickle.loads(payload))
+            if data:
+                dest, payload = data.popleft()
+                executors[dest].receive(pickle.loads(payload))
+                continue
+            for executor in executors.values():
+                executor.outbox.flush()
+            if not (control or data):
+                return
+
+    def run(self) -> None:
+        spouts = self.spouts
+        while True:
+            moved = False
+            for spout in spouts:
+                while spout.wants_next_tuple():
+                    if not spout.run_burst(SPOUT_BURST):
+                        break
+                    moved = True
+                spout.outbox.flush()
+            self.drain()
+            if not moved and all(s.finished for s in spouts):
+                return
+
+
+def measure(sentences: int, split: int, count: int, conf: dict[str, Any]) -> float:
+    """CPU microseconds per word for one run (set-up excluded)."""
+    run = Run(sentences, split, count, conf)
+    gc.collect()
+    started = time.process_time()
+    run.run()
+    elapsed = time.process_time() - started
+    spout = run.spouts[0].spout
+    assert spout.acked == sentences, (spout.acked, sentences)
+    return elapsed / words_in(sentences) * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--split", type=int, default=1, help="split tasks")
+    parser.add_argument("--count", type=int, default=1, help="count tasks")
+    parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of one run instead")
+    args = parser.parse_args(argv)
+    conf = {"max_spout_pending": args.max_pending}
+    if args.profile:
+        run = Run(args.sentences, args.split, args.count, conf)
+        profiler = cProfile.Profile()
+        profiler.runcall(run.run)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return 0
+    figures = [measure(args.sentences, args.split, args.count, conf) for _ in range(args.runs)]
+    print(
+        f"in-process word count ({args.split} split x {args.count} count, 1 acker, pickled): "
+        f"best {min(figures):.2f} us/word, median {statistics.median(figures):.2f} us/word "
+        f"({1e6 / min(figures):,.0f} words/s of one core)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
