@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -154,3 +155,69 @@ class TestMerged:
         """A bad override raises ConfigError."""
         with pytest.raises(ConfigError, match="ackers"):
             Config().merged({"ackers": -2})
+
+
+class TestOneSpellingPerSetting:
+    def test_name_and_storm_key_together_is_an_error_naming_both(self):
+        """A setting given by its Storm key and by its name is refused, whichever comes first."""
+        with pytest.raises(ConfigError, match=r"'topology.acker.executors' and 'ackers' both set ackers"):
+            Config.of({"topology.acker.executors": 1, "ackers": 2})
+        with pytest.raises(ConfigError, match=r"'ackers' and 'topology.acker.executors' both set ackers"):
+            Config.model_validate({"ackers": 2, "topology.acker.executors": 1})
+
+    def test_also_in_overrides(self):
+        """A per-component override giving both spellings is refused too (not last-one-wins)."""
+        with pytest.raises(ConfigError, match="both set tick_tuple_freq_secs"):
+            Config().merged({"tick_tuple_freq_secs": 1, "topology.tick.tuple.freq.secs": 2})
+
+    def test_setting_names_the_field_a_key_sets(self):
+        """Both spellings lead to the field; a user key is its own setting."""
+        assert Config.setting("topology.acker.executors") == Config.setting("ackers") == "ackers"
+        assert Config.setting("my.key") == "my.key"
+
+
+class TestTypos:
+    @pytest.mark.parametrize(
+        ("key", "hint"),
+        [
+            ("rayflow.batch.sise", "unknown rayflow config key (did you mean 'rayflow.batch.size'?)"),
+            ("rayflow.whatever", "unknown rayflow config key"),
+            ("topology.max.spout.pendng", "unknown config key (did you mean 'topology.max.spout.pending'?)"),
+        ],
+    )
+    def test_a_typo_of_a_known_key_is_refused(self, key: str, hint: str):
+        """rayflow's namespace is its own, and a key a letter away from a known one is a typo:
+        both are refused rather than silently handed to the components."""
+        with pytest.raises(ConfigError, match=re.escape(f"{key}: {hint}")):
+            Config.of({key: 1})
+
+
+class TestTickFrequency:
+    @pytest.mark.parametrize("value", ["abc", -1, 0])
+    def test_bad_values_refused(self, value: Any):
+        """The tick frequency is a Config field: a non-number or a non-positive value is refused."""
+        with pytest.raises(ConfigError, match="topology.tick.tuple.freq.secs"):
+            Config.of({"topology.tick.tuple.freq.secs": value})
+
+    def test_by_name_or_storm_key(self):
+        """Set by either spelling, as every field is."""
+        assert Config.of({"topology.tick.tuple.freq.secs": "2.5"}).tick_tuple_freq_secs == 2.5
+        assert Config().merged({"tick_tuple_freq_secs": 1}).to_conf()["topology.tick.tuple.freq.secs"] == 1.0
+
+
+class TestProblems:
+    def test_one_problem_per_key_in_the_mapping_order(self):
+        """``Config.problems`` lists every problem with the key as given, so a file can place it."""
+        problems = Config.problems(
+            {"ackers": -1, "my.key": 1, "rayflow.batch.sise": 2, "topology.acker.executors": 3, "debug": "maybe"}
+        )
+        assert [p.key for p in problems] == ["ackers", "rayflow.batch.sise", "topology.acker.executors", "debug"]
+        assert problems[0].error is not None and problems[0].error["type"] == "greater_than_equal"
+        assert problems[2].same_as == "ackers"
+        assert str(problems[0]) == "ackers: Input should be greater than or equal to 0, got -1"
+
+    def test_none_for_a_good_mapping(self):
+        """No problems means ``Config.of`` succeeds."""
+        good = {"topology.acker.executors": 2, "my.key": "x", "tick_tuple_freq_secs": 1}
+        assert Config.problems(good) == []
+        assert Config.of(good).ackers == 2

@@ -7,6 +7,7 @@ from textwrap import dedent
 
 import pytest
 
+from rayflow import Config
 from rayflow.spec import SpecError, load_spec, load_topology
 
 BASE = """\
@@ -56,8 +57,8 @@ class TestMerging:
         )
         spec = load_spec(main)
         assert spec.name == "main"
-        assert spec.config.model_dump(by_alias=True)["topology.acker.executors"] == 1
-        assert spec.config.model_dump(by_alias=True)["topology.debug"] is True  # filled in from base
+        assert Config.of(spec.config).ackers == 1
+        assert Config.of(spec.config).debug is True  # filled in from base
         assert [(b.id, b.parallelism) for b in spec.bolts] == [("upper", 1)]
         assert [s.id for s in spec.spouts] == ["words"]
         assert len(spec.streams) == 1
@@ -77,10 +78,10 @@ class TestMerging:
             base=BASE,
         )
         spec = load_spec(main)
-        config = spec.config.model_dump(by_alias=True)
+        config = Config.of(spec.config)
         assert spec.name == "base"
-        assert config["topology.acker.executors"] == 3
-        assert config["topology.max.spout.pending"] == 10  # only main sets it
+        assert config.ackers == 3
+        assert config.max_spout_pending == 10  # only main sets it
         assert [(b.id, b.parallelism) for b in spec.bolts] == [("upper", 4)]
 
     def test_components_merge_by_id_and_streams_by_endpoints(self, files) -> None:
@@ -121,9 +122,23 @@ class TestMerging:
                 """,
             },
         )
-        config = load_spec(main).config.model_dump(by_alias=True)
-        assert config["topology.acker.executors"] == 5  # tuning wins over the more.yaml it includes
-        assert config["topology.max.spout.pending"] == 7
+        config = Config.of(load_spec(main).config)
+        assert config.ackers == 5  # tuning wins over the more.yaml it includes
+        assert config.max_spout_pending == 7
+
+    def test_config_merges_by_setting_whatever_its_spelling(self, files) -> None:
+        """The including file's ``ackers`` replaces the included ``topology.acker.executors``:
+        one setting, so no 'given twice' problem."""
+        main = files(
+            main="""\
+            name: main
+            includes: [base.yaml]
+            config: {ackers: 1}
+            """,
+            base=BASE,
+        )
+        config = load_topology(main).config
+        assert (config.ackers, config.debug) == (1, True)
 
     def test_the_same_file_included_twice_is_not_a_cycle(self, files) -> None:
         main = files(

@@ -181,7 +181,8 @@ class TestLoadSpec:
         assert {"name", "spouts", "bolts", "streams", "config", "includes"} <= set(schema["properties"])
         component = schema["$defs"]["ComponentSpec"]
         assert "class" in component["properties"] and component["additionalProperties"] is False
-        assert "topology.message.timeout.secs" in schema["$defs"]["Config"]["properties"]
+        assert "topology.message.timeout.secs" in schema["properties"]["config"]["properties"]
+        assert "topology.tick.tuple.freq.secs" in component["properties"]["config"]["properties"]
 
 
 class TestErrors:

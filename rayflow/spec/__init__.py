@@ -8,6 +8,7 @@ How the package stacks, bottom up:
     document       YAML -> a tree of Node that remembers each value's file and line
     models         the file format as pydantic models (TopologySpec and its parts)
     validation     pydantic errors -> Problems ("did you mean")
+    configs        config: mappings checked by rayflow.Config, each problem on its key's line
     includes       reading a file and merging the files it includes
     classes        importing and constructing the classes a file names
     build          references, classes and TopologyBuilder -> Topology

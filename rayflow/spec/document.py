@@ -55,11 +55,12 @@ class Node:
 
     def child(self, key: Any) -> Node | None:
         value = self.value
+        found: Node | None = None
         if isinstance(value, dict):
-            return value.get(key)
-        if isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
-            return value[key]
-        return None
+            found = value.get(key)
+        elif isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+            found = value[key]
+        return found
 
     def locate(self, loc: Sequence[Any]) -> tuple[Node, str]:
         """The deepest node along ``loc`` and the path of ``loc`` expressed from that node's file."""

@@ -9,7 +9,8 @@ includes itself, directly or through others, is an include cycle. Merging, key b
 
 - ``override: false`` (the default): the including file wins; the included file fills in.
 - ``override: true``: the included file wins.
-- ``config`` merges key by key; ``spouts`` and ``bolts`` merge by ``id`` (the winner's entry
+- ``config`` merges setting by setting (``ackers`` and ``topology.acker.executors`` are one);
+  ``spouts`` and ``bolts`` merge by ``id`` (the winner's entry
   replaces the whole component); ``streams`` by (``from``, ``to``, ``grouping.stream``);
   anything else is replaced whole. Later includes win over earlier ones.
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..config import Config
 from .document import Node, parse_document
 from .errors import Problem
 from .models import IncludeSpec
@@ -117,7 +119,7 @@ def merge(low: Node, high: Node) -> Node:
         if a is None or b is None:
             out[key] = a if b is None else b
         elif key == "config" and isinstance(a.value, dict) and isinstance(b.value, dict):
-            out[key] = Node({**a.value, **b.value}, b.file, b.line, b.path)
+            out[key] = Node({**_without_settings_of(a.value, b.value), **b.value}, b.file, b.line, b.path)
         elif key in ("spouts", "bolts") and isinstance(a.value, list) and isinstance(b.value, list):
             out[key] = _merge_list(a, b, _component_key)
         elif key == "streams" and isinstance(a.value, list) and isinstance(b.value, list):
@@ -125,6 +127,13 @@ def merge(low: Node, high: Node) -> Node:
         else:
             out[key] = b
     return Node(out, high.file, high.line, high.path)
+
+
+def _without_settings_of(low: dict[Any, Node], high: dict[Any, Node]) -> dict[Any, Node]:
+    """``low``'s config keys less those setting what ``high`` sets, under either spelling: an
+    including file's ``ackers`` replaces an included ``topology.acker.executors``."""
+    settings = {Config.setting(k) for k in high if isinstance(k, str)}
+    return {k: v for k, v in low.items() if not (isinstance(k, str) and Config.setting(k) in settings)}
 
 
 def _merge_list(low: Node, high: Node, key_of: Callable[[Node], Hashable | None]) -> Node:

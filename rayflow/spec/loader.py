@@ -2,7 +2,7 @@
 ``SpecError`` listing every problem, or returns what ``submit_topology`` needs.
 
     text --substitute ${...}--> YAML --parse (lines kept)--> merge includes
-         --schema (pydantic)--> references, classes, TopologyBuilder --> Topology
+         --schema (pydantic), config (rayflow.Config)--> references, classes, TopologyBuilder --> Topology
 """
 
 from __future__ import annotations
@@ -13,20 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..errors import ConfigError
 from ..topology import Topology
 from .build import build_topology
+from .configs import config_problems
 from .document import Node
 from .errors import Problem, SpecError
 from .includes import read_tree
 from .models import TopologySpec
-from .validation import did_you_mean, validate_node
+from .validation import validate_node
 
 __all__ = ["LoadedTopology", "load_spec", "load_topology"]
-
-_KNOWN_CONFIG_KEYS = sorted(
-    {name for name in Config.model_fields} | {f.alias for f in Config.model_fields.values() if f.alias}
-)
 
 
 @dataclass(frozen=True)
@@ -65,15 +61,9 @@ def load_topology(
         raise SpecError(problems)
     topology, build_problems = build_topology(tree, sound=spec is not None and not problems)
     problems += build_problems
-    config = None
-    if spec is not None:
-        try:
-            config = Config.of(spec.config.model_dump(by_alias=True))
-        except ConfigError as exc:
-            problems.append(tree.problem(str(exc), ("config",)))
-    if problems or spec is None or config is None or topology is None:
+    if problems or spec is None or topology is None:
         raise SpecError(problems)
-    return LoadedTopology(spec, config, topology)
+    return LoadedTopology(spec, Config.of(spec.config), topology)
 
 
 def _read(
@@ -87,24 +77,5 @@ def _read(
         return None, None, problems
     spec, schema_problems = validate_node(TopologySpec, tree)
     problems += schema_problems
-    problems += _config_typos(tree)
+    problems += config_problems(tree)
     return spec, tree, problems
-
-
-def _config_typos(tree: Node) -> list[Problem]:
-    """Unknown config keys are handed to the components, as in Storm, except for a key in
-    rayflow's own namespace or one a letter or two away from a key rayflow knows."""
-    config = tree.child("config")
-    if config is None or not isinstance(config.value, dict):
-        return []
-    problems = []
-    for key, node in config.value.items():
-        if not isinstance(key, str) or key in _KNOWN_CONFIG_KEYS:
-            continue
-        if key.startswith("rayflow."):
-            problems.append(node.problem(f"unknown rayflow config key{did_you_mean(key, _KNOWN_CONFIG_KEYS)}"))
-            continue
-        typo = did_you_mean(key, _KNOWN_CONFIG_KEYS, cutoff=0.85)
-        if typo:
-            problems.append(node.problem(f"unknown config key{typo}"))
-    return problems

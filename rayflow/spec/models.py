@@ -14,14 +14,21 @@ streams:
 
 from __future__ import annotations
 
-from copy import copy
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..config import Config
 
-__all__ = ["GROUPING_TYPES", "ComponentSpec", "ConfigSpec", "GroupingSpec", "IncludeSpec", "StreamSpec", "TopologySpec"]
+__all__ = [
+    "GROUPING_TYPES",
+    "ComponentSpec",
+    "ConfigMapping",
+    "GroupingSpec",
+    "IncludeSpec",
+    "StreamSpec",
+    "TopologySpec",
+]
 
 GroupingType = Literal[
     "shuffle", "fields", "all", "global", "none", "direct", "local_or_shuffle", "partial_key", "custom"
@@ -30,20 +37,13 @@ GROUPING_TYPES: tuple[str, ...] = get_args(GroupingType)
 KEYED_GROUPINGS = ("fields", "partial_key")
 
 
-def _config_spec() -> type[BaseModel]:
-    """``Config``'s fields (aliases, bounds, defaults) without its validators: a bad value comes
-    back as a pydantic error with its location, so the loader can name its line. The loader then
-    makes the real ``Config`` from it."""
-    fields: dict[str, Any] = {name: (f.annotation, copy(f)) for name, f in Config.model_fields.items()}
-    return create_model(  # type: ignore[no-any-return]
-        "Config",
-        __config__=ConfigDict(extra="allow", populate_by_name=True, frozen=True),
-        __doc__=Config.__doc__,
-        **fields,
-    )
-
-
-ConfigSpec = _config_spec()
+ConfigMapping = Annotated[
+    dict[str, Any],
+    WithJsonSchema({**Config.model_json_schema(by_alias=True), "title": "Config"}),
+]
+"""A ``config:`` mapping. The schema only checks it is a mapping; its keys and values are
+``rayflow.Config``'s to check (the loader asks ``Config.problems`` and puts each on its line).
+Editors get ``Config``'s own JSON Schema for it."""
 
 
 class _Spec(BaseModel):
@@ -67,7 +67,7 @@ class ComponentSpec(_Spec):
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     parallelism: int = Field(1, ge=1)
-    config: dict[str, Any] = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
+    config: ConfigMapping = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
 
     @field_validator("id")
     @classmethod
@@ -124,7 +124,7 @@ class TopologySpec(_Spec):
     includes: list[IncludeSpec | str] = Field(
         default_factory=list, description="files merged into this one before validation (a string is {file: ...})"
     )
-    config: ConfigSpec = Field(default_factory=ConfigSpec)  # type: ignore[valid-type]
+    config: ConfigMapping = Field(default_factory=dict, description="rayflow.Config; Storm's keys accepted")
     spouts: list[ComponentSpec] = Field(min_length=1)
     bolts: list[ComponentSpec] = Field(default_factory=list)
     streams: list[StreamSpec] = Field(default_factory=list)

@@ -43,8 +43,9 @@ class Placeholders:
 
         def back(match: re.Match[str]) -> str:
             i = int(match.group(1))
-            if self.problems[i] is not None:
-                found.append(self.problems[i])
+            problem = self.problems[i]
+            if problem is not None:
+                found.append(problem)
             return self.originals[i]
 
         return _TOKEN.sub(back, text), found

@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 from .document import Node
 from .errors import Problem
 
-__all__ = ["did_you_mean", "validate_node"]
+__all__ = ["describe_error", "did_you_mean", "validate_node"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,11 +61,12 @@ def validate_node(model: type[M], node: Node) -> tuple[M | None, list[Problem]]:
         for err in exc.errors():
             loc = err["loc"][:-1] if err["loc"][-1:] == ("[key]",) else err["loc"]
             if not node.reported_along(loc):
-                problems.append(node.problem(_message(err, model), loc))
+                problems.append(node.problem(describe_error(err, model), loc))
         return None, problems
 
 
-def _message(err: ErrorDetails, model: type[BaseModel]) -> str:
+def describe_error(err: ErrorDetails, model: type[BaseModel]) -> str:
+    """One pydantic error about a value of ``model``, in a few words a user can act on."""
     kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
     loc = err["loc"]
     if kind == "extra_forbidden":
