@@ -1,38 +1,76 @@
-"""The collectors components emit through. Each is a thin facade over its executor, which owns
-routing, edge ids and batching."""
+"""The collectors components emit through.
+
+Each is a thin facade over the task that runs the component. The collectors know that task only
+through the small protocols below (``SpoutTask``, ``BoltTask``), so they do not depend on the
+executors, and they never write the task's state: a spout saying it is exhausted is a call.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .tuple import DEFAULT_STREAM
 
 if TYPE_CHECKING:
-    from .executors.bolt import BoltExecutor
-    from .executors.spout import SpoutExecutor
     from .tuple import Tuple
 
-__all__ = ["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"]
+__all__ = ["BasicOutputCollector", "BoltTask", "OutputCollector", "SpoutOutputCollector", "SpoutTask"]
 
-DEFAULT_STREAM = "default"
+
+class SpoutTask(Protocol):
+    """What a spout's collector needs from the task running the spout."""
+
+    def emit(self, stream: str, values: list[Any], msg_id: Any, direct_task: int | None) -> list[int]: ...
+
+    def mark_exhausted(self) -> None: ...
+
+    def report_error(self, exc: BaseException, where: str) -> None: ...
+
+
+class BoltTask(Protocol):
+    """What a bolt's collector needs from the task running the bolt."""
+
+    def emit(self, stream: str, values: list[Any], anchors: list[Tuple], direct_task: int | None) -> list[int]: ...
+
+    def ack(self, tup: Tuple) -> None: ...
+
+    def fail(self, tup: Tuple) -> None: ...
+
+    def reset_timeout(self, tup: Tuple) -> None: ...
+
+    def report_error(self, exc: BaseException, where: str) -> None: ...
 
 
 class SpoutOutputCollector:
-    def __init__(self, executor: SpoutExecutor) -> None:
-        self._executor = executor
+    """Handed to ``Spout.open``. Example::
+
+        def next_tuple(self):
+            line = self.source.poll()
+            if line is None:
+                return
+            self.collector.emit([line], msg_id=line.offset)   # tracked: ack/fail report on it
+    """
+
+    def __init__(self, task: SpoutTask) -> None:
+        self._task = task
 
     def emit(self, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        """Emit a tuple; with a ``msg_id`` its tree is tracked and ``ack``/``fail`` report on it.
-        Returns the ids of the tasks it was sent to."""
-        return self._executor.emit(stream, values, msg_id, None)
+        """Emit a tuple; with a ``msg_id`` its tree is tracked and ``ack``/``fail`` report on it,
+        without one it is never acked or failed. Returns the ids of the tasks it was sent to."""
+        return self._task.emit(stream, values, msg_id, None)
 
     def emit_direct(self, task_id: int, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
-        self._executor.emit(stream, values, msg_id, task_id)
+        """Emit to one task of a bolt subscribed with a direct grouping to a direct stream."""
+        self._task.emit(stream, values, msg_id, task_id)
 
     def exhausted(self) -> None:
-        """This bounded spout has nothing more to emit (until a ``fail`` makes it replay)."""
-        self._executor.exhausted = True
+        """This bounded spout has nothing more to emit (until a ``fail`` makes it replay).
+        ``TopologyHandle.wait`` returns once every spout task is exhausted with nothing pending."""
+        self._task.mark_exhausted()
 
     def report_error(self, exc: BaseException) -> None:
-        self._executor.report_error(exc, "reported by the spout")
+        """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
+        self._task.report_error(exc, "reported by the spout")
 
 
 def _anchor_list(anchors: Tuple | list[Tuple] | None) -> list[Tuple]:
@@ -44,14 +82,23 @@ def _anchor_list(anchors: Tuple | list[Tuple] | None) -> list[Tuple]:
 
 
 class OutputCollector:
-    def __init__(self, executor: BoltExecutor) -> None:
-        self._executor = executor
+    """Handed to ``Bolt.prepare``. Every input must be acked or failed, now or later::
+
+        def execute(self, tup):
+            for word in tup["sentence"].split():
+                self.collector.emit([word], anchors=tup)   # joins tup's trees
+            self.collector.ack(tup)
+    """
+
+    def __init__(self, task: BoltTask) -> None:
+        self._task = task
 
     def emit(
         self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
     ) -> list[int]:
-        """Emit a tuple, anchored to ``anchors`` (joining their trees) or unanchored."""
-        return self._executor.emit(stream, values, _anchor_list(anchors), None)
+        """Emit a tuple, anchored to ``anchors`` (joining their trees: failing it fails every
+        root) or unanchored (its fate affects no spout tuple). Returns the receiving task ids."""
+        return self._task.emit(stream, values, _anchor_list(anchors), None)
 
     def emit_direct(
         self,
@@ -60,37 +107,42 @@ class OutputCollector:
         anchors: Tuple | list[Tuple] | None = None,
         stream: str = DEFAULT_STREAM,
     ) -> None:
-        self._executor.emit(stream, values, _anchor_list(anchors), task_id)
+        """Emit to one task of a bolt subscribed with a direct grouping to a direct stream."""
+        self._task.emit(stream, values, _anchor_list(anchors), task_id)
 
     def ack(self, tup: Tuple) -> None:
-        self._executor.ack(tup)
+        """``tup`` is processed; once every tuple of a tree is acked, its spout's ``ack`` runs."""
+        self._task.ack(tup)
 
     def fail(self, tup: Tuple) -> None:
-        self._executor.fail(tup)
+        """Fail ``tup``'s trees at once: their spouts' ``fail`` runs (and they may replay)."""
+        self._task.fail(tup)
 
     def reset_timeout(self, tup: Tuple) -> None:
         """Tell the acker that ``tup``'s trees are still being worked on: restart their timeout."""
-        self._executor.reset_timeout(tup)
+        self._task.reset_timeout(tup)
 
     def report_error(self, exc: BaseException) -> None:
-        self._executor.report_error(exc, "reported by the bolt")
+        """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
+        self._task.report_error(exc, "reported by the bolt")
 
 
 class BasicOutputCollector:
-    """Emits anchored to the input tuple being executed."""
+    """Handed to ``BasicBolt.execute``: every emit is anchored to the input being executed."""
 
-    def __init__(self, executor: BoltExecutor) -> None:
-        self._executor = executor
+    def __init__(self, collector: OutputCollector) -> None:
+        self._collector = collector
         self.input: Tuple | None = None
+        """The tuple being executed; set by the adapter that runs the ``BasicBolt``."""
 
     def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._executor.emit(stream, values, [self.input] if self.input is not None else [], None)
+        return self._collector.emit(values, self.input, stream)
 
     def emit_direct(self, task_id: int, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
-        self._executor.emit(stream, values, [self.input] if self.input is not None else [], task_id)
+        self._collector.emit_direct(task_id, values, self.input, stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
-        self._executor.reset_timeout(tup)
+        self._collector.reset_timeout(tup)
 
     def report_error(self, exc: BaseException) -> None:
-        self._executor.report_error(exc, "reported by the bolt")
+        self._collector.report_error(exc)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import TopologyError
+from .tuple import DEFAULT_STREAM
 
 if TYPE_CHECKING:
     from .collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StreamDeclaration"]
 
-DEFAULT_STREAM = "default"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import time
 from collections import deque
 from typing import Any
 
-__all__ = ["LatencySamples", "TaskMetrics", "merge"]
+__all__ = ["LatencySamples", "TaskMetrics", "merge", "merge_by_component"]
 
 SAMPLE_SIZE = 4096
 
@@ -102,3 +102,12 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
         out["pending"] = sum(s["pending"] for s in snapshots)
         out["exhausted"] = all(s["exhausted"] for s in snapshots)
     return out
+
+
+def merge_by_component(layout: dict[int, str], snapshots: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Task snapshots (keyed by task id) summed per component, the acker last: the shape of
+    ``TopologyHandle.metrics()``."""
+    by_component: dict[str, list[dict[str, Any]]] = {}
+    for task, snap in sorted(snapshots.items()):
+        by_component.setdefault(layout[task], []).append(snap)
+    return {cid: merge(snaps) for cid, snaps in sorted(by_component.items(), key=lambda kv: kv[0].startswith("__"))}

@@ -24,11 +24,11 @@ from .groupings import (
     PartialKeyGrouping,
     ShuffleGrouping,
 )
+from .tuple import DEFAULT_STREAM
 
 __all__ = ["ACKER_COMPONENT", "BoltDeclarer", "ComponentSpec", "Subscription", "Topology", "TopologyBuilder"]
 
 ACKER_COMPONENT = "__acker"
-DEFAULT_STREAM = "default"
 
 
 @dataclass

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SYSTEM_COMPONENT", "TICK_STREAM", "Tuple"]
+__all__ = ["DEFAULT_STREAM", "SYSTEM_COMPONENT", "TICK_STREAM", "Tuple"]
 
+DEFAULT_STREAM = "default"
+"""The stream ``declare``, ``emit`` and the groupings use when none is named."""
 SYSTEM_COMPONENT = "__system"
 TICK_STREAM = "__tick"
 

@@ -8,7 +8,7 @@ the spout emits, and what must be acked or failed.
 
 from __future__ import annotations
 
-import copy
+import pickle
 from collections import deque
 from typing import Any
 
@@ -19,84 +19,26 @@ from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
 from rayflow.config import Config
 from rayflow.context import TopologyContext
 from rayflow.errors import EmitError, FailedException
-from rayflow.executors import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from rayflow.executors import BoltExecutor, SpoutExecutor
 from rayflow.router import Router
+from rayflow.testing import InProcessTopology
 from rayflow.topology import ACKER_COMPONENT, Topology, TopologyBuilder
 from rayflow.tuple import Tuple
 
 
-class Wire:
-    """Every task's executor of ``topology``, connected through in-memory queues."""
+class Wire(InProcessTopology):
+    """The public in-process runner, with the shorthands these tests use."""
 
     def __init__(self, topology: Topology, conf: Config | dict[str, Any] | None = None, newest_first: bool = False):
-        self.conf = Config.of(conf)
-        self.newest_first = newest_first
-        self.data: deque[tuple[int, Any]] = deque()
-        self.control: deque[tuple[int, Any]] = deque()
-        self.layout = topology.task_layout(self.conf.ackers)
-        self.executors: dict[int, Executor] = {}
-        for task, component in self.layout.items():
-            context = TopologyContext(task, self.layout, topology.stream_fields())
-            cls: type[Executor]
-            if component == ACKER_COMPONENT:
-                cls = AckerExecutor
-            elif topology.components[component].is_spout:
-                cls = SpoutExecutor
-            else:
-                cls = BoltExecutor
-            self.executors[task] = cls(
-                copy.deepcopy(topology),
-                self.conf,
-                context,
-                lambda dest, payload: self.data.append((dest, payload)),
-                lambda dest, payload: self.control.append((dest, payload)),
-            )
-        for executor in self.executors.values():
-            if isinstance(executor, BoltExecutor):
-                executor.prepare()
-            elif isinstance(executor, SpoutExecutor):
-                executor.activate()
-
-    def tasks(self, component_id: str) -> list[Any]:
-        return [self.executors[t] for t, c in self.layout.items() if c == component_id]
-
-    def task(self, component_id: str) -> Any:
-        return self.tasks(component_id)[0]
+        super().__init__(topology, conf, delivery="newest_first" if newest_first else "fifo")
 
     def spout(self, component_id: str = "sentences") -> Any:
         """The user spout object of the component's first task."""
-        return self.task(component_id).spout
+        return self.components(component_id)[0]
 
     def bolts(self, component_id: str) -> list[Any]:
         """The user bolt objects of every task of the component."""
-        return [e.bolt for e in self.tasks(component_id)]
-
-    def settle(self) -> None:
-        """Flush every outbox and deliver every payload, until nothing moves: control before
-        data, oldest first -- or, ``newest_first``, data before control and newest first, which
-        hands the acker every ack before the init that opened the tree."""
-        while True:
-            for executor in self.executors.values():
-                executor.outbox.flush()
-            queues = (self.data, self.control) if self.newest_first else (self.control, self.data)
-            queue = next((q for q in queues if q), None)
-            if queue is None:
-                return
-            dest, payload = queue.pop() if self.newest_first else queue.popleft()
-            if queue is self.data:
-                self.executors[dest].receive(payload)  # type: ignore[attr-defined]
-            else:
-                self.executors[dest].receive_control(payload)  # type: ignore[attr-defined]
-
-    def run(self) -> None:
-        """Let every spout emit all it has, then settle."""
-        for executor in self.executors.values():
-            if isinstance(executor, SpoutExecutor):
-                executor.run_burst(1000)
-        self.settle()
-
-    def pending_trees(self) -> int:
-        return sum(len(e.ledger) for e in self.tasks(ACKER_COMPONENT))
+        return self.components(component_id)
 
 
 # -- components ---------------------------------------------------------------------------------
@@ -554,7 +496,7 @@ class TestNoAckers:
         spout.run_burst(1)
         assert wire.spout().acked == [1]
         spout.outbox.flush()
-        assert [edges for _, (_, batch) in wire.data for _, _, edges in batch] == [None]
+        assert [edges for _, raw in wire.data for _, _, edges in pickle.loads(raw)[1]] == [None]
         wire.settle()
         assert wire.control == deque()
         assert wire.spout().failed == []

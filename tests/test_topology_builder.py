@@ -229,7 +229,7 @@ class TestProblems:
         builder = wordcount()
         builder.set_bolt("sink", Sink(), config={key: freq}).shuffle_grouping("split")
         problem = only_problem(builder)
-        assert problem.startswith("bolt 'sink': invalid config: tick_tuple_freq_secs")
+        assert problem.startswith(f"bolt 'sink': invalid config: {key}")
 
 
 class TestValidTopology:

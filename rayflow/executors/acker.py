@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ack_ledger import AckLedger, Outcome
-from .base import Executor
+from .base import Executor, Timer
 
 __all__ = ["AckerExecutor"]
 
@@ -45,6 +45,9 @@ class AckerExecutor(Executor):
 
     def rotate(self) -> None:
         self.ledger.rotate()
+
+    def timers(self) -> list[Timer]:
+        return [(self.conf.message_timeout_secs, self.rotate)]
 
     def snapshot(self) -> dict[str, Any]:
         return self.metrics.snapshot(pending=len(self.ledger))

@@ -7,12 +7,13 @@ import time
 from typing import Any
 
 from ..anchoring import _getrandbits, anchored_edges, new_id
-from ..collectors import BasicOutputCollector, OutputCollector
+from ..collectors import OutputCollector
 from ..components import BasicBolt, Bolt
 from ..errors import FailedException
 from ..router import Router
 from ..tuple import SYSTEM_COMPONENT, TICK_STREAM, Tuple
-from .base import Executor, logger
+from .base import Executor, Timer, logger
+from .basic_bolt import BasicBoltAdapter
 
 __all__ = ["BoltExecutor"]
 
@@ -27,11 +28,10 @@ class BoltExecutor(Executor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.bolt: Bolt | BasicBolt = self.topology.components[self.component_id].component  # type: ignore[assignment]
-        self.basic = isinstance(self.bolt, BasicBolt)
+        component = self.topology.components[self.component_id].component
+        self.bolt: Bolt = BasicBoltAdapter(component) if isinstance(component, BasicBolt) else component  # type: ignore[assignment]
         self.router = Router(self.topology, self.context)
-        self.collector: OutputCollector | BasicOutputCollector
-        self.collector = BasicOutputCollector(self) if self.basic else OutputCollector(self)
+        self.collector = OutputCollector(self)
         # source task -> (component id, {stream: (fields, field index)}), to rebuild tuples.
         self._sources: dict[int, tuple[str, dict[str, tuple[list[str], dict[str, int]]]]] = {}
         stream_fields = self.topology.stream_fields()
@@ -45,21 +45,22 @@ class BoltExecutor(Executor):
         self._countdown = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def prepare(self) -> None:
+    def start(self) -> None:
         try:
-            if self.basic:
-                self.bolt.prepare(self.conf.to_conf(), self.context)  # type: ignore[call-arg]
-            else:
-                self.bolt.prepare(self.conf.to_conf(), self.context, self.collector)  # type: ignore[call-arg]
+            self.bolt.prepare(self.conf.to_conf(), self.context, self.collector)
         except Exception as exc:
             self.report_error(exc, "prepare raised")
 
-    def cleanup(self) -> None:
+    def close(self) -> None:
         try:
             self.bolt.cleanup()
         except Exception as exc:
             self.report_error(exc, "cleanup raised")
         self.outbox.flush()
+
+    def timers(self) -> list[Timer]:
+        freq = self.conf.tick_tuple_freq_secs
+        return [(freq, lambda: self.tick(freq))] if freq else []
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, payload: tuple[int, list[Any]]) -> None:
@@ -70,9 +71,7 @@ class BoltExecutor(Executor):
         tuple in ``SAMPLE_EVERY``; busy time is measured per batch."""
         source_task, items = payload
         component, shapes = self._sources[source_task]
-        basic = self.basic
         execute = self.bolt.execute
-        collector = self.collector
         perf = time.perf_counter
         record_execute = self._execute_latency.add
         countdown = self._countdown
@@ -86,12 +85,7 @@ class BoltExecutor(Executor):
                 started = tup.started = perf()
             countdown -= 1
             try:
-                if basic:
-                    collector.input = tup  # type: ignore[union-attr]
-                    execute(tup, collector)  # type: ignore[call-arg]
-                    self.ack(tup)
-                else:
-                    execute(tup)  # type: ignore[call-arg]
+                execute(tup)
             except FailedException:
                 self.fail(tup)
             except Exception as exc:
@@ -99,8 +93,6 @@ class BoltExecutor(Executor):
                 self.fail(tup)
             if sampled:
                 record_execute(perf() - started)
-        if basic:
-            collector.input = None  # type: ignore[union-attr]
         self._countdown = countdown
         self.metrics.executed += len(items)
         self.metrics.busy_secs += perf() - batch_started
@@ -120,6 +112,8 @@ class BoltExecutor(Executor):
             targets = self.router.direct_target(direct_task, stream, values)
         metrics = self.metrics
         metrics.emitted += 1
+        if self.observer is not None:
+            self.observer.emitted(self.component_id, stream, values)
         if not targets:
             return []
         metrics.transferred += len(targets)

@@ -11,7 +11,7 @@ from ..collectors import SpoutOutputCollector
 from ..components import Spout
 from ..rotating_map import RotatingMap
 from ..router import Router
-from .base import Executor, logger
+from .base import Executor, Timer, logger
 
 __all__ = ["SpoutExecutor"]
 
@@ -24,6 +24,7 @@ class SpoutExecutor(Executor):
     message timeout. Acks and fails are delivered between ``next_tuple`` calls, never inside."""
 
     kind = "spout"
+    is_source = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -61,9 +62,18 @@ class SpoutExecutor(Executor):
             self._call("deactivate")
 
     def close(self) -> None:
+        self.deactivate()
         if self.opened:
             self._call("close")
         self.outbox.flush()
+
+    def timers(self) -> list[Timer]:
+        if self.tracking and self.conf.enable_message_timeouts:
+            return [(self.conf.message_timeout_secs, self.rotate)]
+        return []
+
+    def mark_exhausted(self) -> None:
+        self.exhausted = True
 
     # -- emitting -----------------------------------------------------------------------------
     def wants_next_tuple(self) -> bool:
@@ -96,6 +106,8 @@ class SpoutExecutor(Executor):
         self.exhausted = False
         self.metrics.emitted += 1
         self.metrics.transferred += len(targets)
+        if self.observer is not None:
+            self.observer.emitted(self.component_id, stream, values)
         if self.debug:
             logger.info(
                 "%s:%d emit %s %r msg_id=%r -> %s", self.component_id, self.task_id, stream, values, msg_id, targets
@@ -123,8 +135,7 @@ class SpoutExecutor(Executor):
         """With ``ackers=0`` a tracked emit is acked as soon as ``next_tuple`` returns."""
         acked, self._acked_at_emit = self._acked_at_emit, []
         for msg_id in acked:
-            self.metrics.acked += 1
-            self._call("ack", msg_id)
+            self._ack(msg_id)
 
     # -- results ------------------------------------------------------------------------------
     def receive_control(self, payload: tuple[str, Any]) -> None:
@@ -134,9 +145,8 @@ class SpoutExecutor(Executor):
         for root in acked:
             entry = pending.pop(root)
             if entry is not None:  # None: it timed out already and was failed
-                self.metrics.acked += 1
                 self._complete.add(now - entry[1])
-                self._call("ack", entry[0])
+                self._ack(entry[0])
         for root in failed:
             entry = pending.pop(root)
             if entry is not None:
@@ -146,9 +156,17 @@ class SpoutExecutor(Executor):
             if entry is not None:
                 pending.put(root, entry)
 
+    def _ack(self, msg_id: Any) -> None:
+        self.metrics.acked += 1
+        if self.observer is not None:
+            self.observer.acked(self.component_id, msg_id)
+        self._call("ack", msg_id)
+
     def _fail(self, msg_id: Any) -> None:
         self.metrics.failed += 1
         self._poll_after_fail = True
+        if self.observer is not None:
+            self.observer.failed(self.component_id, msg_id)
         self._call("fail", msg_id)
 
     def _timed_out(self, root: int, entry: tuple[Any, float]) -> None:

@@ -1,14 +1,17 @@
-"""``TaskActor``: the Ray actor that runs one task.
+"""``TaskActor``: the Ray actor that runs one task -- a thin shell around its executor.
 
 It is an asyncio actor, so everything it does runs on one event loop thread and the executor
-needs no locks. What runs there:
+needs no locks. The executor's lifecycle (``rayflow/executors/base.py``) is the same for every
+kind of task, so the actor never asks what kind it runs. What runs here:
 
 - ``push`` (data batches, served one at a time in arrival order under ``_data_lock``; the call
-  returns only once its batch is executed and the results are within the in-flight bound, which
-  is what makes backpressure travel upstream);
+  returns only once its batch is executed and the results are within the transport's bound,
+  which is what makes backpressure travel upstream);
 - ``push_control`` (acker traffic, served at once, never behind the data lock);
-- background loops: the spout's ``next_tuple`` loop, message-timeout
-  rotation and tick tuples.
+- background loops: the source loop of a spout (``next_tuple``), and the executor's timers
+  (message-timeout rotation, tick tuples), each run under the data lock;
+- ``lifeline``, a call that never returns: the supervisor holds it to learn at once that the
+  actor died, and ``replace``, which points this task at a peer's restarted actor.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import os
 import pickle
 import time
@@ -27,13 +29,11 @@ import ray
 
 from ..config import Config
 from ..context import TopologyContext
-from ..executors import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
-from ..topology import ACKER_COMPONENT, Topology
+from ..executors import Executor, make_executor
+from ..topology import Topology
 from .transport import RayTransport
 
 __all__ = ["TaskActor"]
-
-logger = logging.getLogger("rayflow")
 
 SPOUT_BURST = 256
 """``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
@@ -53,70 +53,60 @@ class TaskActor:
         self._conf = conf
         self._task_id = task_id
         self._layout = layout
-        self._executor: Executor | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
         self._calls_in = 0
         self._flush_due = False
         self._flushed = 0.0
         self._control_linger = 0.0
+        self._node_id = ray.get_runtime_context().get_node_id()
 
     def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+        return self._node_id
 
     async def connect(self, handles: dict[int, Any], task_nodes: dict[int, str]) -> None:
-        """Build the executor once every task's actor exists, prepare it and start the loops."""
+        """Build the executor once every task's actor exists, start it and its loops."""
         self._data_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
-        self._transport = RayTransport(handles, self._conf.max_inflight_batches, self._task_id)
-        component = self._layout[self._task_id]
-        cls: type[Executor]
-        if component == ACKER_COMPONENT:
-            cls = AckerExecutor
-        elif self._topology.components[component].is_spout:
-            cls = SpoutExecutor
-        else:
-            cls = BoltExecutor
-        executor = cls(self._topology, self._conf, context, self._transport.send_data, self._transport.send_control)
-        self._executor = executor
+        conf = self._conf
+        self._transport = RayTransport(handles, self._task_id, conf.max_inflight_tuples, conf.max_inflight_batches)
+        executor = make_executor(self._topology, conf, context, self._transport)
+        self._executor: Executor = executor
         self._running = True
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
-        conf = executor.conf
-        linger = conf.linger_ms / 1000.0
-        self._control_linger = conf.control_linger_ms / 1000.0
-        if isinstance(executor, BoltExecutor):
-            executor.prepare()
-            freq = conf.tick_tuple_freq_secs
-            if freq:
-                self._start(self._tick_loop(freq))
-        elif isinstance(executor, AckerExecutor):
-            self._start(self._every(conf.message_timeout_secs, executor.rotate))
-        elif isinstance(executor, SpoutExecutor):
-            if executor.tracking and conf.enable_message_timeouts:
-                self._start(self._every(conf.message_timeout_secs, executor.rotate))
-            self._start(self._spout_loop(executor, linger))
+        self._control_linger = executor.conf.control_linger_ms / 1000.0
+        executor.start()
+        for period, action in executor.timers():
+            self._start(self._every(period, action))
+        if executor.is_source:
+            self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
 
     def _start(self, coro: Any) -> None:
         self._loops.append(asyncio.get_running_loop().create_task(coro))
+
+    def replace(self, task: int, handle: Any) -> None:
+        """Task ``task`` was restarted as ``handle``: send to it from now on."""
+        self._transport.replace(task, handle)
+
+    async def lifeline(self) -> None:
+        """Never returns: the call fails when this actor dies, which is how death is noticed."""
+        await asyncio.Event().wait()
 
     # -- incoming calls -----------------------------------------------------------------------
     async def push(self, payload: bytes) -> None:
         self._calls_in += 1
         async with self._data_lock:
-            self._executor.receive(pickle.loads(payload))  # type: ignore[union-attr]
+            self._executor.receive(pickle.loads(payload))
             self._flush_later()
             await self._transport.relieve()
 
     async def push_control(self, payload: bytes) -> None:
         self._calls_in += 1
-        executor = self._executor
-        executor.receive_control(pickle.loads(payload))  # type: ignore[union-attr]
-        if isinstance(executor, AckerExecutor):
-            self._flush_later()
-        else:
-            self._wake.set()
+        self._executor.receive_control(pickle.loads(payload))
+        self._flush_later()
+        self._wake.set()
 
     def _flush_later(self) -> None:
         """Send what waits in the outbox: at once if nothing went out for the control linger (or
@@ -125,7 +115,7 @@ class TaskActor:
         So a quiet topology sends every message straight away, and a busy one sends at most
         one control call per ``control_linger`` -- which matters, as a Ray call costs about a
         millisecond of CPU on each side."""
-        outbox = self._executor.outbox  # type: ignore[union-attr]
+        outbox = self._executor.outbox
         if self._flush_due or outbox.is_empty():
             return
         wait = self._control_linger - (time.monotonic() - self._flushed)
@@ -138,49 +128,41 @@ class TaskActor:
     def _flush_now(self) -> None:
         self._flush_due = False
         self._flushed = time.monotonic()
-        self._executor.outbox.flush()  # type: ignore[union-attr]
+        self._executor.outbox.flush()
 
     async def activate(self) -> None:
-        if isinstance(self._executor, SpoutExecutor):
-            self._executor.activate()
-            self._wake.set()
+        self._executor.activate()
+        self._wake.set()
 
     async def deactivate(self) -> None:
-        if isinstance(self._executor, SpoutExecutor):
-            self._executor.deactivate()
-            self._executor.outbox.flush()
+        self._executor.deactivate()
+        self._executor.outbox.flush()
 
     async def metrics(self) -> dict[str, Any]:
-        assert self._executor is not None
         snap = self._executor.snapshot()
-        snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid())
+        snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid(), node_id=self._node_id)
         return snap
 
     async def finished(self) -> bool:
-        """For ``TopologyHandle.wait``: is this spout task done (see ``SpoutExecutor.finished``)?"""
-        return isinstance(self._executor, SpoutExecutor) and self._executor.finished
+        """For ``TopologyHandle.wait``: is this task done (a spout: exhausted, nothing pending)?"""
+        return self._executor.finished
 
     async def shutdown(self) -> None:
-        """Stop the loops, then close the spout or clean up the bolt."""
+        """Stop the loops, then close the executor (spouts close, bolts clean up)."""
         self._running = False
         for task in self._loops:
             task.cancel()
-        executor = self._executor
-        if executor is None:
+        if not hasattr(self, "_executor"):
             return
         async with self._data_lock:
-            if isinstance(executor, SpoutExecutor):
-                executor.deactivate()
-                executor.close()
-            elif isinstance(executor, BoltExecutor):
-                executor.cleanup()
-            executor.outbox.flush()
+            self._executor.close()
 
     # -- background loops ---------------------------------------------------------------------
-    async def _spout_loop(self, executor: SpoutExecutor, linger: float) -> None:
+    async def _source_loop(self, linger: float) -> None:
         """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
         when a batch fills or ``linger`` passes, inits every control linger; once it stops
         emitting, everything waiting goes out and the loop backs off."""
+        executor = self._executor
         outbox = executor.outbox
         clock = time.monotonic
         data_sent = control_sent = clock()
@@ -209,16 +191,11 @@ class TaskActor:
                 idle = min(idle * 2, SPOUT_IDLE_SECS[1])
 
     async def _every(self, secs: float, action: Callable[[], None]) -> None:
+        """Run a timer of the executor every ``secs``, like a batch: under the data lock, its
+        output sent on (acker traffic after the linger)."""
         while self._running:
             await asyncio.sleep(secs)
-            action()
-
-    async def _tick_loop(self, freq_secs: float) -> None:
-        executor = self._executor
-        assert isinstance(executor, BoltExecutor)
-        while self._running:
-            await asyncio.sleep(freq_secs)
             async with self._data_lock:
-                executor.tick(freq_secs)
+                action()
                 self._flush_later()
                 await self._transport.relieve()

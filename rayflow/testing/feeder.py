@@ -8,9 +8,9 @@ from typing import Any
 
 import ray
 
-from .collectors import SpoutOutputCollector
-from .components import OutputFieldsDeclarer, Spout
-from .context import TopologyContext
+from ..collectors import SpoutOutputCollector
+from ..components import OutputFieldsDeclarer, Spout
+from ..context import TopologyContext
 
 __all__ = ["FeederSpout"]
 
