@@ -230,6 +230,17 @@ class TestErrors:
             "streams[0].grouping: fields grouping on field(s) ['wrd'] not declared by the stream (its fields: ['word'])"
         )
 
+    def test_a_missing_top_level_package_comes_with_a_hint(self, write) -> None:
+        """Run outside the project root, ``examples.wordcount`` does not import: say where to run."""
+        [problem] = problems_of(write(GOOD.replace("tests.spec_components.Upper", "no_such_package.sub.Upper")))
+        assert "No module named 'no_such_package' (hint: run from the project root" in problem
+        assert "or add that directory to PYTHONPATH" in problem
+
+    def test_a_missing_submodule_needs_no_hint(self, write) -> None:
+        """When the package imports, the path is right and the module name is the problem."""
+        [problem] = problems_of(write(GOOD.replace("tests.spec_components.Upper", "tests.no_such.Upper")))
+        assert problem.endswith("No module named 'tests.no_such'")
+
     def test_a_python_tag_is_never_run(self, write, tmp_path: Path) -> None:
         target = tmp_path / "created-by-yaml"
         path = write(

@@ -92,7 +92,13 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
 
     ``address="local"`` makes ``ray.init`` start its own instance even when ``RAY_ADDRESS`` is
     set or a ``ray start`` cluster runs on the machine (joining one of those with ``num_cpus``
-    given fails)."""
+    given fails).
+
+    Quiet: Ray's own INFO and WARNING lines ("Started a local Ray instance", the token
+    authentication notice) are not printed (``logging_level``), nor are the workers' logs
+    (``log_to_driver``); errors still are."""
+    import logging
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     return {
         "address": "local",
@@ -100,6 +106,7 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
         "include_dashboard": False,
         "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,
         "log_to_driver": False,
+        "logging_level": logging.ERROR,
     }
 
 

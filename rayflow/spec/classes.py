@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from typing import Any
 
 from .validation import did_you_mean
@@ -40,14 +41,25 @@ def import_class(dotted: str) -> type:
                 f"cannot import {dotted}: importing {module_name} raised {type(exc).__name__}: {exc}"
             ) from None
         return _lookup(module, module_name, parts[split:], dotted, missing)
-    raise ClassProblem(f"cannot import {dotted}: {missing}")
+    raise ClassProblem(f"cannot import {dotted}: {missing}{_path_hint(missing)}")
+
+
+def _path_hint(missing: ModuleNotFoundError | None) -> str:
+    """When the top-level package itself is missing, the usual cause is where rayflow runs:
+    ``examples.wordcount`` imports from the project root, not from elsewhere."""
+    if missing is None or not missing.name or "." in missing.name:
+        return ""
+    return (
+        f" (hint: run from the project root, the directory that holds {missing.name!r}, or add that "
+        f"directory to PYTHONPATH; the current directory is {os.getcwd()})"
+    )
 
 
 def _lookup(obj: Any, owner: str, names: list[str], dotted: str, missing: ModuleNotFoundError | None) -> type:
     for name in names:
         if not hasattr(obj, name):
             if missing is not None:
-                raise ClassProblem(f"cannot import {dotted}: {missing}")
+                raise ClassProblem(f"cannot import {dotted}: {missing}{_path_hint(missing)}")
             public = [n for n in dir(obj) if not n.startswith("_")]
             raise ClassProblem(f"cannot import {dotted}: no {name!r} in {owner}{did_you_mean(name, public)}")
         obj, owner = getattr(obj, name), f"{owner}.{name}"
