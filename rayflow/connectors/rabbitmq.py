@@ -126,6 +126,7 @@ class RabbitMQSpout(Spout):
         self._channel: BlockingChannel | None = None
         self._consumer_tag: str | None = None
         self._generation = 0
+        self._cancelled_by_broker = False
         self._buffer: deque[_Delivery] = deque()
         self._active = True
         self.stale_acks = 0
@@ -162,6 +163,9 @@ class RabbitMQSpout(Spout):
             return
         if not self._buffer:
             self._guard(self._connection.process_data_events, time_limit=0)
+            if self._cancelled_by_broker:
+                self._lost(ConnectionError(f"the broker cancelled the consumer of queue {self.queue!r} (deleted?)"))
+                return
         if self._buffer:
             generation, method, properties, body = self._buffer.popleft()
             self._collector.emit(self._values(method, properties, body), msg_id=(generation, method.delivery_tag))
@@ -199,8 +203,10 @@ class RabbitMQSpout(Spout):
             self._connection = pika.BlockingConnection(_parameters(self.url))
             self._channel = self._connection.channel()
             self._channel.basic_qos(prefetch_count=self._prefetch)
+            self._channel.add_on_cancel_callback(self._on_broker_cancel)
             self._generation += 1
             self._consumer_tag = None
+            self._cancelled_by_broker = False
             if self._active:
                 self._consume()
         except _BROKEN as exc:
@@ -216,6 +222,10 @@ class RabbitMQSpout(Spout):
 
         assert self._channel is not None
         self._consumer_tag = self._channel.basic_consume(self.queue, deliver, auto_ack=False)
+
+    def _on_broker_cancel(self, _: object) -> None:
+        """The queue was deleted (or the node holding it went away): start over, as after an outage."""
+        self._cancelled_by_broker = True
 
     def _stop_consuming(self) -> None:
         assert self._channel is not None and self._consumer_tag is not None

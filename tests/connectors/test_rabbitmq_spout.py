@@ -198,6 +198,25 @@ class TestFaults:
             connection.close()
 
 
+    def test_queue_deleted_under_the_spout_is_reported_and_picked_up_again(self, queue: str) -> None:
+        import pika
+
+        spout, collector = opened(queue)
+        drive(spout, collector, lambda: False, timeout=0.2)
+        connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+        try:
+            connection.channel().queue_delete(queue)
+            drive(spout, collector, lambda: bool(collector.errors), timeout=5)
+            assert len(collector.errors) == 1 and "cancelled the consumer" in str(collector.errors[0])
+            connection.channel().queue_declare(queue)
+            publish(queue, "back")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            assert len(collector.errors) == 1
+            spout.close()
+        finally:
+            connection.close()
+
+
 class TestConstruction:
     def test_unknown_field_names_the_allowed_ones(self) -> None:
         pytest.importorskip("pika")
