@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import sysconfig
 from typing import Any
@@ -15,6 +16,7 @@ from ..errors import RayflowError, TopologyError
 from ..groupings import CustomGrouping
 from ..topology import Topology
 from .handle import TopologyHandle
+from .supervisor import Supervisor
 from .task_actor import TaskActor
 
 __all__ = ["LocalCluster", "local_ray_options", "submit_topology"]
@@ -58,13 +60,32 @@ def _check_picklable(topology: Topology) -> None:
         raise TopologyError(problems)
 
 
+def _rebuild_problems(topology: Topology) -> list[str]:
+    """Which components cannot be re-built from their pickles in a Ray worker, and why."""
+
+    @ray.remote(num_cpus=0)
+    def rebuild(blobs: dict[str, bytes]) -> dict[str, str]:
+        problems = {}
+        for cid, blob in blobs.items():
+            try:
+                pickle.loads(blob)
+            except Exception as exc:
+                problems[cid] = f"{type(exc).__name__}: {exc}"
+        return problems
+
+    blobs = {cid: cloudpickle.dumps(spec.component) for cid, spec in topology.components.items()}
+    found = ray.get(rebuild.remote(blobs))
+    return [f"component {cid!r}: cannot be re-built in its task ({why})" for cid, why in sorted(found.items())]
+
+
 def submit_topology(
     name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
 ) -> TopologyHandle:
     """Start ``topology`` on the Ray cluster this process is connected to.
 
-    Every task becomes an actor holding its own copy of its component. With ``active=False``
-    the spouts are not opened until ``handle.activate()``.
+    Every task becomes an actor holding its own copy of its component, spread over the
+    cluster's nodes; a task whose actor dies is started again (see ``Supervisor``). With
+    ``active=False`` the spouts are not opened until ``handle.activate()``.
     """
     if not ray.is_initialized():
         raise RayflowError("not connected to Ray: call ray.init() first, or use rayflow.LocalCluster()")
@@ -77,11 +98,31 @@ def submit_topology(
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
     shared = ray.put(topology)
-    options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000}
-    actors = {task: _RemoteTaskActor.options(**options).remote(shared, config, task, layout) for task in layout}
-    nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()]), strict=True))
+    options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000, "scheduling_strategy": "SPREAD"}
+
+    def make_actor(task: int) -> Any:
+        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout)
+
+    actors = {task: make_actor(task) for task in layout}
+    try:
+        nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()]), strict=True))
+    except ray.exceptions.RayActorError as exc:
+        for actor in actors.values():
+            ray.kill(actor)
+        raise TopologyError(_rebuild_problems(topology) or [f"a task could not start: {exc}"]) from None
     ray.get([a.connect.remote(actors, nodes) for a in actors.values()])
-    handle = TopologyHandle(name, actors, layout, {s.id for s in topology.spouts})
+    spouts = {s.id for s in topology.spouts}
+    supervisor = Supervisor(
+        name,
+        layout,
+        actors,
+        nodes,
+        make_actor,
+        lambda task: layout[task] in spouts,
+        config.max_task_restarts,
+    )
+    supervisor.start()
+    handle = TopologyHandle(name, supervisor, layout, spouts)
     if active:
         handle.activate()
     return handle
