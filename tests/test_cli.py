@@ -1,29 +1,38 @@
-"""The ``rayflow`` command. ``validate``, ``graph`` and ``schema`` run in-process (no Ray);
-``run`` runs as a subprocess that joins the session's Ray cluster with ``--address``."""
+"""The ``rayflow`` command. ``validate``, ``graph``, ``schema`` and the run's monitor run
+in-process (no Ray); ``run`` itself runs as a subprocess, with a minimal environment of its own
+(never the test process's), that joins the session's Ray cluster with ``--address`` -- or, in
+one test, starts its own local Ray."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 from pathlib import Path
 from textwrap import dedent
+from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from rayflow.cli import app
+from rayflow import cli
+from rayflow.cli import MEANING, Outcome, app, flow_order
 from rayflow.spec import load_topology
 from rayflow.spec.drawing import to_dot, to_mermaid
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "spec_corpus").glob("*.yaml"))
 RUN_TIMEOUT = 90
+RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING)", re.MULTILINE)
+"""A line of Ray's own logging ("... INFO worker.py:2038 -- Started a local Ray instance.")."""
 
 BOUNDED = """\
     name: bounded
@@ -69,17 +78,29 @@ def invoke(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def minimal_env(**extra: str) -> dict[str, str]:
+    """What a user's shell has, not what this test process set up (RAY_AUTH_MODE, RAY_ADDRESS,
+    PYTHONPATH...): a subprocess must work from this alone."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **extra}
+
+
 def rayflow(
     *args: str, env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rayflow", *args],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env=minimal_env(**(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def summary_rows(out: str) -> list[list[str]]:
+    """The summary table's rows, split into cells."""
+    table = out[out.index("summary after") :]
+    return [line.split() for line in table.splitlines() if re.match(r"\s+\w+ (spout|bolt)\s", line)]
 
 
 class TestValidate:
@@ -115,15 +136,7 @@ class TestValidate:
 
     def test_rejects_every_corpus_file_with_its_expected_message(self) -> None:
         """One ``python -m rayflow validate`` over the whole corpus, as a user would run it."""
-        env = {k: v for k, v in os.environ.items() if k != "RAYFLOW_CORPUS_UNSET"}
-        result = subprocess.run(
-            [sys.executable, "-m", "rayflow", "validate", *[str(p.relative_to(ROOT)) for p in CORPUS]],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-        )
+        result = rayflow("validate", *[str(p.relative_to(ROOT)) for p in CORPUS])
         assert result.returncode == 1
         assert " ok " not in result.stdout
         for path in CORPUS:
@@ -188,6 +201,33 @@ class TestSchemaAndEntryPoints:
         assert schema["title"] == "TopologySpec"
         assert schema["required"] == ["name", "spouts"]
 
+    def test_version(self) -> None:
+        code, out, _ = invoke("--version")
+        assert code == 0
+        assert out.strip() == f"rayflow {version('rayflow')}"
+
+    def test_run_help_reflows_its_paragraphs_and_lists_the_exit_codes(self) -> None:
+        """The help's paragraphs fill the terminal's width instead of keeping the source's line breaks."""
+        result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "250"})
+        assert result.exit_code == 0
+        assert "refreshed every second, and under the table the last error" in result.stdout
+        for code, meaning in MEANING.items():
+            assert f"{int(code)}: {meaning}" in result.stdout
+
+    def test_outside_the_project_root_a_missing_package_comes_with_a_hint(self, tmp_path: Path) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "rayflow", "validate", str(ROOT / "configs" / "wordcount.yaml")],
+            cwd=tmp_path,
+            env=minimal_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+        assert result.returncode == 1
+        text = " ".join(result.stderr.split())
+        assert "No module named 'examples' (hint: run from the project root" in text
+        assert "or add that directory to PYTHONPATH" in text
+
     def test_console_script_and_python_dash_m(self) -> None:
         [script] = [ep for ep in entry_points(group="console_scripts") if ep.name == "rayflow"]
         assert script.value == "rayflow.cli:main"
@@ -196,8 +236,132 @@ class TestSchemaAndEntryPoints:
         assert all(command in result.stdout for command in ("run", "validate", "graph", "schema"))
 
 
+TROUBLED = """\
+    name: troubled
+    spouts:
+      - {id: words, class: tests.spec_components.WordSpout, kwargs: {rounds: 20}}
+      - {id: numbers, class: tests.spec_corpus.troubled_components.UntrackedSpout, kwargs: {count: 50}}
+    bolts:
+      - {id: count, class: tests.spec_components.Count}
+      - {id: upper, class: tests.spec_components.Upper}
+      - {id: odd, class: tests.spec_corpus.troubled_components.OddRaiser}
+    streams:
+      - {from: words, to: upper, grouping: {type: shuffle}}
+      - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
+      - {from: numbers, to: odd, grouping: {type: shuffle}}
+"""
+
+REJECTED = """\
+    name: rejected
+    spouts:
+      - {id: words, class: tests.spec_components.WordSpout, kwargs: {rounds: 5}}
+    bolts:
+      - {id: reject, class: tests.spec_corpus.troubled_components.Rejecter}
+    streams:
+      - {from: words, to: reject, grouping: {type: shuffle}}
+"""
+
+
+class TestMonitor:
+    """The run's monitor against a stand-in handle: what it shows, in what order, and its verdict."""
+
+    class Handle:
+        def __init__(self, metrics: dict[str, dict[str, Any]]) -> None:
+            self._metrics = metrics
+            self.killed = False
+
+        def metrics(self) -> dict[str, dict[str, Any]]:
+            return self._metrics
+
+        def wait(self, timeout: float | None = None) -> bool:
+            return True
+
+        def deactivate(self) -> None:
+            pass
+
+        def kill(self) -> None:
+            self.killed = True
+
+    @staticmethod
+    def component(**counts: Any) -> dict[str, Any]:
+        latency = {"mean": 1.5, "p50": 0.00392, "p99": 208.0}
+        base = {"tasks": 1, "emitted": 0, "transferred": 0, "acked": 0, "failed": 0, "executed": 0, "errors": 0}
+        return {**base, "last_error": None, "complete_latency_ms": latency, "process_latency_ms": latency, **counts}
+
+    @pytest.fixture
+    def troubled(self, topology_file):
+        return load_topology(topology_file(TROUBLED))
+
+    def metrics(self, **overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        c = self.component
+        metrics = {
+            "words": c(emitted=60, acked=60, pending=0, exhausted=True),
+            "numbers": c(emitted=50, pending=0, exhausted=True),
+            "count": c(executed=60),
+            "upper": c(executed=60),
+            "odd": c(executed=50),
+        }
+        for cid, values in overrides.items():
+            metrics[cid].update(values)
+        return metrics
+
+    def run(self, loaded: Any, metrics: dict[str, dict[str, Any]], terminal: bool = False) -> tuple[Outcome, str, str]:
+        stdout, stderr = io.StringIO(), io.StringIO()
+        consoles = {"out": stdout, "err": stderr}
+        patched = {name: Console(file=f, width=200, force_terminal=terminal) for name, f in consoles.items()}
+        original = cli.out, cli.err
+        cli.out, cli.err = patched["out"], patched["err"]
+        try:
+            outcome = cli._Monitor(self.Handle(metrics), loaded, duration=None).run()  # type: ignore[arg-type]
+        finally:
+            cli.out, cli.err = original
+        strip = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
+        return outcome, strip.sub("", stdout.getvalue()), strip.sub("", stderr.getvalue())
+
+    def test_bolts_are_listed_in_flow_order(self, troubled) -> None:
+        """Tuples reach upper before count (alphabetical order would put count first)."""
+        assert flow_order(troubled.topology) == ["upper", "odd", "count"]
+        _, out, _ = self.run(troubled, self.metrics())
+        assert [row[0] for row in summary_rows(out)] == ["words", "numbers", "upper", "odd", "count"]
+
+    def test_latencies_have_one_format(self, troubled) -> None:
+        _, out, _ = self.run(troubled, self.metrics())
+        for row in summary_rows(out):
+            assert row[-2:] == ["0.00", "208.00"], row
+
+    def test_untracked_tuples_are_not_unacked_trees(self, troubled) -> None:
+        """A spout's emitted counts untracked tuples too: the verdict compares trees, not emits."""
+        metrics = self.metrics(words={"emitted": 80})  # 20 of them untracked
+        outcome, out, _ = self.run(troubled, metrics)
+        assert outcome == Outcome.ACKED
+        assert "words: every tuple tree was acked (60); 20 untracked tuple(s) emitted" in out
+        assert "numbers: 50 untracked tuple(s) emitted (no msg_id: nothing to ack)" in out
+
+    def test_failed_trees_exit_2(self, troubled) -> None:
+        outcome, out, err = self.run(troubled, self.metrics(words={"acked": 55, "failed": 5}))
+        assert outcome == Outcome.TREES_FAILED
+        assert "words: 55 of 60 tuple tree(s) acked, 5 failed, 0 still pending" in out
+        assert f"exit 2: {MEANING[Outcome.TREES_FAILED]}" in err
+
+    def test_errors_are_shown_live_in_the_progress_lines_and_exit_3(self, troubled) -> None:
+        metrics = self.metrics(odd={"errors": 25, "last_error": "ValueError: odd number 49"})
+        outcome, out, err = self.run(troubled, metrics)
+        assert outcome == Outcome.COMPONENTS_RAISED
+        progress = out[: out.index("summary after")]
+        assert "  odd: 25 error(s), the last: ValueError: odd number 49" in progress
+        assert f"exit 3: {MEANING[Outcome.COMPONENTS_RAISED]}" in err
+
+    def test_errors_are_shown_live_under_the_table(self, troubled) -> None:
+        metrics = self.metrics(odd={"errors": 25, "last_error": "ValueError: odd number 49"})
+        _, out, err = self.run(troubled, metrics, terminal=True)
+        live = out[: out.index("summary after")]
+        assert "odd: 25 error(s), the last: ValueError: odd number 49" in live
+        assert "odd: 25 error(s), the last: ValueError: odd number 49" in err  # and again after the summary
+
+
 class TestRun:
-    """Each test starts ``rayflow run`` as a subprocess joined to the session's Ray cluster."""
+    """``rayflow run`` as a subprocess with a minimal environment, joined to the session's Ray
+    cluster (``--address``) -- which it reaches without inheriting this process's settings."""
 
     def test_a_bounded_topology_ends_when_its_spouts_are_exhausted(self, ray_cluster: str, topology_file) -> None:
         path = topology_file(BOUNDED)
@@ -206,9 +370,33 @@ class TestRun:
         out = result.stdout
         assert "bounded: summary after" in out
         assert "(every spout is exhausted and nothing is pending)" in out
-        assert "words: every emitted tuple was acked (300)" in out
-        for component in ("words", "upper", "count"):
-            assert component in out
+        assert "words: every tuple tree was acked (300)" in out
+        assert [row[0] for row in summary_rows(out)] == ["words", "upper", "count"]
+        assert f"joining the Ray cluster at {ray_cluster}" in result.stderr
+        assert not RAY_LOG_LINE.search(result.stderr), result.stderr
+
+    def test_trees_that_fail_exit_2(self, ray_cluster: str, topology_file) -> None:
+        result = rayflow("run", str(topology_file(REJECTED)), "--duration", "60", "--address", ray_cluster)
+        assert result.returncode == 2, result.stderr
+        assert "words: 0 of 15 tuple tree(s) acked, 15 failed" in result.stdout
+        assert "exit 2: some tuple trees failed" in result.stderr
+
+    def test_joining_fails_fast_saying_what_to_set(self, ray_cluster: str, topology_file, tmp_path: Path) -> None:
+        """No token on this machine (another HOME): say which variables to set, at once, rather
+        than Ray's ConnectionError after ~20 s. Nothing listening: say so, at once."""
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            pytest.skip("the session's Ray cluster does not use token authentication")
+        path = str(topology_file(BOUNDED))
+        started = time.monotonic()
+        result = rayflow("run", path, "--set", "rounds=1", "--address", ray_cluster, env={"HOME": str(tmp_path)})
+        assert result.returncode == 1
+        text = " ".join(result.stderr.split())
+        assert f"cannot join the Ray cluster at {ray_cluster}: the cluster requires token authentication" in text
+        assert "Set RAY_AUTH_TOKEN to the cluster's token" in text and "RAY_AUTH_TOKEN_PATH" in text
+        result = rayflow("run", path, "--set", "rounds=1", "--address", "127.0.0.1:1")
+        assert result.returncode == 1
+        assert "cannot join the Ray cluster at 127.0.0.1:1: nothing answers there" in " ".join(result.stderr.split())
+        assert time.monotonic() - started < 15
 
     def test_duration_stops_an_endless_topology_and_drains_it(
         self, ray_cluster: str, topology_file, tmp_path: Path
@@ -220,8 +408,8 @@ class TestRun:
         result = rayflow("run", str(path), "--properties", str(props), "--duration", "2", "--address", ray_cluster)
         assert result.returncode == 0, result.stderr
         assert "endless: summary after" in result.stdout and "(ran for 2s)" in result.stdout
-        assert "numbers: every emitted tuple was acked" in result.stdout
-        assert "[  1.0s] numbers emitted=" in result.stdout or "numbers emitted=" in result.stdout
+        assert "numbers: every tuple tree was acked" in result.stdout
+        assert "numbers emitted=" in result.stdout
         assert time.monotonic() - started < RUN_TIMEOUT
 
     def test_ctrl_c_stops_cleanly_with_a_summary(self, ray_cluster: str, topology_file) -> None:
@@ -229,6 +417,7 @@ class TestRun:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rayflow", "run", str(path), "--set", "pending=50", "--address", ray_cluster],
             cwd=ROOT,
+            env=minimal_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -244,7 +433,7 @@ class TestRun:
                 proc.kill()
         assert proc.returncode == 0, err
         assert "(interrupted)" in out
-        assert "numbers: every emitted tuple was acked" in out
+        assert "numbers: every tuple tree was acked" in out
 
     def test_inactive_submits_without_emitting(self, ray_cluster: str, topology_file) -> None:
         path = topology_file(ENDLESS)
@@ -252,7 +441,7 @@ class TestRun:
             "run", str(path), "--set", "pending=5", "--inactive", "--duration", "1", "--address", ray_cluster
         )
         assert result.returncode == 0, result.stderr
-        assert "numbers: every emitted tuple was acked (0)" in result.stdout
+        assert "numbers: every tuple tree was acked (0)" in result.stdout
 
     def test_a_broken_file_exits_1_before_starting_anything(self, topology_file) -> None:
         path = topology_file(BOUNDED)
@@ -273,3 +462,39 @@ class TestRun:
         assert result.returncode == 1
         assert "cannot start topology 'unpicklable'" in result.stderr
         assert "cannot be copied to its tasks" in result.stderr
+
+
+class TestOwnLocalRay:
+    """Without ``--address``, ``rayflow run`` (and ``LocalCluster``, which the example uses)
+    start a Ray of their own even when RAY_ADDRESS points elsewhere; quietly, with progress.
+    Each starts Ray (~10 s): one run checks everything."""
+
+    BOGUS = {"RAY_ADDRESS": "127.0.0.1:1"}
+
+    def test_run_starts_its_own_ray_quietly_and_reports_what_went_wrong(self, topology_file) -> None:
+        result = rayflow("run", str(topology_file(TROUBLED)), "--duration", "60", env=self.BOGUS)
+        assert result.returncode == Outcome.COMPONENTS_RAISED, result.stderr
+        assert "starting a local Ray (" in result.stderr and "Ray started in" in result.stderr
+        assert "topology started in" in result.stderr
+        assert not RAY_LOG_LINE.search(result.stderr), result.stderr
+        assert "Started a local Ray instance" not in result.stderr + result.stdout
+        out = result.stdout
+        progress = out[: out.index("summary after")]
+        assert re.search(r"  odd: \d+ error\(s\), the last: .*ValueError: odd number \d+", progress), out
+        assert "words: every tuple tree was acked (60)" in out
+        assert "numbers: 50 untracked tuple(s) emitted" in out
+        assert [row[0] for row in summary_rows(out)] == ["words", "numbers", "upper", "odd", "count"]
+        assert "exit 3: a component raised" in result.stderr
+
+    def test_the_example_runs_quietly(self) -> None:
+        result = subprocess.run(
+            [sys.executable, "examples/wordcount.py", "--sentences", "500"],
+            cwd=ROOT,
+            env=minimal_env(**self.BOGUS),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "every sentence acked: yes" in result.stdout
+        assert result.stderr == ""
