@@ -9,7 +9,8 @@ end of the topology, and the number stored says how often (4 per processing, mor
 
 ``Monkey`` kills task processes (SIGKILL of the pid that ``handle.task_metrics()`` gives) at
 points spread over the run and measures, for each kill, how long until the task is alive again
-and until the ids reaching the sink grow again.
+and until every message the broker had delivered by the kill has reached the sink (the trees
+in flight at the kill completed, replayed where the kill lost them).
 """
 
 from __future__ import annotations
@@ -98,26 +99,55 @@ class Record(Bolt):
             self.collector.ack(tup)
 
 
+class Ledger:
+    """The sink's record in Redis: id -> how many word tuples of it arrived."""
+
+    def __init__(self, client: Any, key: str) -> None:
+        self.client = client
+        self.key = key
+
+    def seen(self) -> int:
+        return int(self.client.hlen(self.key))
+
+    def ids(self) -> set[int]:
+        return {int(n) for n in self.client.hkeys(self.key)}
+
+    def missing(self, ids: list[int]) -> list[int]:
+        found = self.client.hmget(self.key, [str(n) for n in ids]) if ids else []
+        return [n for n, count in zip(ids, found, strict=True) if count is None]
+
+    def counts(self) -> dict[int, int]:
+        return {int(n): int(c) for n, c in self.client.hgetall(self.key).items()}
+
+
 @dataclass
 class Kill:
+    """One SIGKILL. ``behind``: the ids the broker had delivered by the kill that had not reached
+    the sink (trees in flight or buffered, some lost with the victim); recovered once all of
+    them arrived -- which takes a message timeout and a replay for the trees the kill lost."""
+
     kind: str
     task: int
     component: str
     pid: int
     at_seen: int
     at: float
+    behind: list[int]
     alive_after: float | None = None
-    progress_after: float | None = None
+    recovered_after: float | None = None
 
 
 @dataclass
 class Monkey:
     """Kills ``plan`` (a list of kinds: "spout", "bolt", "acker"), one at a time: kill ``i`` once
-    ``seen()`` has passed ``(i + 1) / (len(plan) + 1)`` of ``total`` and the previous victim is
-    alive again."""
+    the sink has seen ``(i + 1) / (len(plan) + 1)`` of ``total`` ids and the previous victim is
+    alive again. The victim is a random task of that kind. ``delivered()`` says how many
+    messages the broker has handed out so far: ids are published in order, so those are the ids
+    below it."""
 
     handle: Any
-    seen: Callable[[], int]
+    ledger: Ledger
+    delivered: Callable[[], int]
     total: int
     plan: list[str]
     rng: random.Random = field(default_factory=lambda: random.Random(7))
@@ -126,28 +156,30 @@ class Monkey:
     def step(self) -> bool:
         """Do what is due now; ``True`` once every kill was done and its victim is back."""
         now = time.monotonic()
-        seen = self.seen()
         tasks = self.handle.task_metrics()
-        if self.kills:
+        for kill in self.kills:
+            if kill.recovered_after is None:
+                kill.behind = self.ledger.missing(kill.behind)
+                if not kill.behind:
+                    kill.recovered_after = now - kill.at
+        if self.kills and self.kills[-1].alive_after is None:
             last = self.kills[-1]
-            if last.progress_after is None and seen >= min(self.total, last.at_seen + 100):
-                last.progress_after = now - last.at
-            if last.alive_after is None:
-                info = tasks[last.task]
-                if info.get("alive", True) and info.get("pid") != last.pid:
-                    last.alive_after = now - last.at
-                else:
-                    return False
+            info = tasks[last.task]
+            if not (info["alive"] and info["pid"] != last.pid):
+                return False
+            last.alive_after = now - last.at
         if len(self.kills) == len(self.plan):
-            return self.kills[-1].progress_after is not None or seen >= self.total
+            return True
         i = len(self.kills)
-        if seen < self.total * (i + 1) / (len(self.plan) + 1):
+        ids = self.ledger.ids()
+        if len(ids) < self.total * (i + 1) / (len(self.plan) + 1):
             return False
         kind = self.plan[i]
         task = self.rng.choice(sorted(t for t, info in tasks.items() if info["kind"] == kind))
         pid = int(tasks[task]["pid"])
         os.kill(pid, signal.SIGKILL)
-        self.kills.append(Kill(kind, task, tasks[task]["component"], pid, seen, now))
+        behind = sorted(set(range(self.delivered())) - ids)
+        self.kills.append(Kill(kind, task, tasks[task]["component"], pid, len(ids), now, behind))
         return False
 
 
@@ -163,10 +195,10 @@ def report(title: str, total: int, counts: dict[int, int], monkey: Monkey, start
     ]
     for k in monkey.kills:
         alive = f"{k.alive_after:.1f} s" if k.alive_after is not None else "never"
-        progress = f"{k.progress_after:.1f} s" if k.progress_after is not None else "-"
+        recovered = f"{k.recovered_after:.1f} s" if k.recovered_after is not None else "never"
         lines.append(
             f"  kill {k.kind:<5} {k.component}:{k.task} pid {k.pid} at {k.at_seen:,} seen: "
-            f"alive again after {alive}, sink growing again after {progress}"
+            f"alive again after {alive}, every delivered id through after {recovered}"
         )
     if monkey.kills:
         chaos_secs = finished - monkey.kills[0].at

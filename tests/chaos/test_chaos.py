@@ -14,7 +14,7 @@ import pytest
 
 import rayflow
 from rayflow import Config, TopologyBuilder
-from tests.chaos.chaos_kit import Count, Monkey, Record, Split, message, report
+from tests.chaos.chaos_kit import Count, Ledger, Monkey, Record, Split, message, report
 from tests.connectors.brokers import RABBITMQ_URL, REDIS_URL, require_rabbitmq, require_redis, unique
 
 pytestmark = [pytest.mark.chaos, pytest.mark.broker, pytest.mark.ray]
@@ -48,22 +48,26 @@ def spout_pending(handle: Any) -> int:
     return sum(int(info.get("pending", 0)) for info in handle.task_metrics().values() if info["kind"] == "spout")
 
 
-def run_chaos(title: str, handle: Any, redis_client: Any, key: str, drained: Callable[[], bool]) -> None:
+def run_chaos(
+    title: str, handle: Any, redis_client: Any, key: str, drained: Callable[[], bool], delivered: Callable[[], int]
+) -> None:
     """Kill by the plan while the topology works; return once every id reached the sink, the
     source is drained and the spout holds nothing (or fail at the deadline)."""
     info = next(iter(handle.task_metrics().values()))
     assert {"kind", "pid", "alive", "restarts"} <= set(info), f"task_metrics() lacks restart fields: {sorted(info)}"
     started = time.monotonic()
-    monkey = Monkey(handle, lambda: int(redis_client.hlen(key)), TOTAL, list(PLAN))
+    ledger = Ledger(redis_client, key)
+    monkey = Monkey(handle, ledger, delivered, TOTAL, list(PLAN))
     deadline = started + DEADLINE_SECS
     done = False
     while time.monotonic() < deadline:
-        if monkey.step() and monkey.seen() == TOTAL and drained() and spout_pending(handle) == 0:
+        if monkey.step() and ledger.seen() == TOTAL and drained() and spout_pending(handle) == 0:
             done = True
             break
         time.sleep(0.1)
     finished = time.monotonic()
-    counts = {int(n): int(c) for n, c in redis_client.hgetall(key).items()}
+    monkey.step()  # the last recoveries
+    counts = ledger.counts()
     print("\n" + report(title, TOTAL, counts, monkey, started, finished))
     assert len(monkey.kills) == len(PLAN), f"only {len(monkey.kills)} kills happened before the deadline"
     assert all(k.alive_after is not None for k in monkey.kills), "a killed task never came back"
@@ -91,7 +95,14 @@ def test_rabbitmq_nothing_lost_when_tasks_die(ray_cluster: str, redis_client: An
 
         handle = rayflow.submit_topology(unique("chaos-rabbitmq"), CONF, build(RabbitMQSpout(queue), key))
         try:
-            run_chaos("RabbitMQ", handle, redis_client, key, lambda: queue_state()[0] == 0)
+            run_chaos(
+                "RabbitMQ",
+                handle,
+                redis_client,
+                key,
+                drained=lambda: queue_state()[0] == 0,
+                delivered=lambda: TOTAL - queue_state()[0],
+            )
         finally:
             handle.kill()
         # no consumer left: whatever was not acked by the broker would be back in the queue
@@ -115,15 +126,25 @@ def test_redis_streams_nothing_lost_when_tasks_die(ray_cluster: str, redis_clien
             pipe.xadd(stream, {"body": message(n)})
         pipe.execute()
 
-        def group_state() -> tuple[int, int]:
+        def group_info() -> dict[str, Any]:
             groups = {g["name"].decode(): g for g in redis_client.xinfo_groups(stream)}
-            state = groups.get(group)
-            return (TOTAL, TOTAL) if state is None else (int(state["pending"]), int(state["lag"] or 0))
+            return groups.get(group) or {"pending": TOTAL, "lag": TOTAL, "entries-read": 0}
+
+        def group_state() -> tuple[int, int]:
+            info = group_info()
+            return int(info["pending"]), int(info["lag"] or 0)
 
         spout = RedisStreamSpout(stream, group, claim_idle_ms=15_000)
         handle = rayflow.submit_topology(unique("chaos-redis"), CONF, build(spout, key))
         try:
-            run_chaos("Redis Streams", handle, redis_client, key, lambda: group_state() == (0, 0))
+            run_chaos(
+                "Redis Streams",
+                handle,
+                redis_client,
+                key,
+                drained=lambda: group_state() == (0, 0),
+                delivered=lambda: int(group_info()["entries-read"] or 0),
+            )
         finally:
             handle.kill()
         assert group_state() == (0, 0), "entries left pending or unread in the consumer group"
