@@ -53,3 +53,11 @@ class TestExportedMembers:
         for error in (rayflow.TopologyError, rayflow.ConfigError, rayflow.EmitError):
             assert issubclass(error, rayflow.RayflowError)
         assert not issubclass(rayflow.FailedException, rayflow.RayflowError)
+
+    def test_testing_helpers(self):
+        """``rayflow.testing`` offers the contract's test helpers; importing it needs no Ray."""
+        import rayflow.testing as testing
+
+        assert {"FeederSpout", "complete_topology", "CompletedTopology", "InProcessTopology"} <= set(testing.__all__)
+        for name in testing.__all__:
+            assert getattr(testing, name).__module__.startswith("rayflow.testing."), name

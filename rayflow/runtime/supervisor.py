@@ -41,6 +41,7 @@ CONNECT_TIMEOUT_SECS = 60.0
 QUICK_DEATH_SECS = 10.0
 """A task that dies within this long of being started is in a crash loop: back off."""
 BACKOFF_SECS = (0.5, 30.0)
+STOP_JOIN_SECS = 5.0
 
 
 def death_cause(exc: BaseException) -> str:
@@ -90,8 +91,11 @@ class Supervisor:
         self._thread.start()
 
     def stop(self) -> None:
-        """Restart nothing from now on (the topology is being killed)."""
+        """Restart nothing from now on (the topology is being killed); a restart under way is
+        abandoned and its new actor killed."""
         self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=STOP_JOIN_SECS)
 
     def describe(self, task: int) -> str:
         component = self._layout[task]
@@ -151,6 +155,9 @@ class Supervisor:
             except Exception as exc:  # the new actor died too, or could not be placed
                 cause = death_cause(exc)
                 continue
+            if self._stopping.is_set():
+                ray.kill(actor)
+                return
             with self._lock:
                 self.actors[task] = actor
                 self.nodes[task] = node
