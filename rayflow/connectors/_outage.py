@@ -68,8 +68,9 @@ class Outage:
             self.since = now
             self.outages += 1
             self._delay = self._first_delay
-            logger.warning("%s: connection lost or refused (%s: %s); retrying with backoff",
-                           self.where, type(exc).__name__, exc)
+            logger.warning(
+                "%s: connection lost or refused (%s: %s); retrying with backoff", self.where, type(exc).__name__, exc
+            )
             self._report(ConnectionError(f"{self.where}: {type(exc).__name__}: {exc}"))
         else:
             logger.debug("%s: attempt %d failed: %s", self.where, self.attempts + 1, exc)
@@ -81,8 +82,12 @@ class Outage:
     def recovered(self) -> None:
         """A connection is up (again)."""
         if self.since is not None:
-            logger.warning("%s: connected again after %.1f s and %d attempt(s)",
-                           self.where, self._clock() - self.since, self.attempts)
+            logger.warning(
+                "%s: connected again after %.1f s and %d attempt(s)",
+                self.where,
+                self._clock() - self.since,
+                self.attempts,
+            )
         self.since = None
         self.attempts = 0
         self._delay = self._first_delay

@@ -197,7 +197,6 @@ class TestFaults:
             connection.channel().queue_delete(name)
             connection.close()
 
-
     def test_queue_deleted_under_the_spout_is_reported_and_picked_up_again(self, queue: str) -> None:
         import pika
 
