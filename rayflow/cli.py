@@ -55,7 +55,6 @@ _HOST_PORT = re.compile(r"[^:/\s]+:\d+\Z")
 
 app = typer.Typer(
     name="rayflow",
-    help="Run Storm-style topologies described in YAML files on Ray.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
