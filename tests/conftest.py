@@ -33,3 +33,11 @@ def eventually(check: Callable[[], bool], timeout: float = 20.0, interval: float
             return True
         time.sleep(interval)
     return check()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs the session's Ray is marked ``ray``, so ``-m "not ray"`` selects
+    the in-process tests whichever file they are in."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
