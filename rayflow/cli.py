@@ -12,6 +12,7 @@ command runs from the project root.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -359,22 +360,22 @@ def _join_problem(address: str) -> str | None:
     if not _HOST_PORT.match(address):
         return None  # "auto", ray:// and the like: ray.init resolves them itself
     try:
-        import grpc
+        grpc: Any = importlib.import_module("grpc")  # ships with Ray; untyped
         from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
         from ray._raylet import Config as RayConfig  # type: ignore[attr-defined]
         from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
     except ImportError:  # not the Ray this was written against: let ray.init speak
         return None
 
-    def refused(metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode | None:
+    def refused(metadata: tuple[tuple[str, str], ...]) -> Any:
+        """The gRPC status code the GCS refuses us with, or ``None`` when it answers."""
         with grpc.insecure_channel(address) as channel:
             stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)  # type: ignore[no-untyped-call]
             request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
             try:
                 stub.GetClusterId(request, timeout=JOIN_PROBE_SECS, metadata=metadata)
             except grpc.RpcError as exc:
-                code: grpc.StatusCode = exc.code()
-                return code
+                return exc.code()
         return None
 
     code = refused(())
