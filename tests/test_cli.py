@@ -31,6 +31,8 @@ from rayflow.spec.drawing import to_dot, to_mermaid
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "spec_corpus").glob("*.yaml"))
 RUN_TIMEOUT = 90
+START_TIMEOUT = 180
+"""For a subprocess that starts a Ray of its own (10-40 s on a busy 2-core machine)."""
 RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING)", re.MULTILINE)
 """A line of Ray's own logging ("... INFO worker.py:2038 -- Started a local Ray instance.")."""
 
@@ -472,7 +474,7 @@ class TestOwnLocalRay:
     BOGUS = {"RAY_ADDRESS": "127.0.0.1:1"}
 
     def test_run_starts_its_own_ray_quietly_and_reports_what_went_wrong(self, topology_file) -> None:
-        result = rayflow("run", str(topology_file(TROUBLED)), "--duration", "60", env=self.BOGUS)
+        result = rayflow("run", str(topology_file(TROUBLED)), "--duration", "60", env=self.BOGUS, timeout=START_TIMEOUT)
         assert result.returncode == Outcome.COMPONENTS_RAISED, result.stderr
         assert "starting a local Ray (" in result.stderr and "Ray started in" in result.stderr
         assert "topology started in" in result.stderr
@@ -493,7 +495,7 @@ class TestOwnLocalRay:
             env=minimal_env(**self.BOGUS),
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT,
+            timeout=START_TIMEOUT,
         )
         assert result.returncode == 0, result.stderr
         assert "every sentence acked: yes" in result.stdout
