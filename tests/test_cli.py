@@ -466,6 +466,7 @@ class TestRun:
         assert "cannot be copied to its tasks" in result.stderr
 
 
+@pytest.mark.ray
 class TestOwnLocalRay:
     """Without ``--address``, ``rayflow run`` (and ``LocalCluster``, which the example uses)
     start a Ray of their own even when RAY_ADDRESS points elsewhere; quietly, with progress.
