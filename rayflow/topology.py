@@ -214,7 +214,9 @@ def _check_component(spec: ComponentSpec) -> list[str]:
     if own is not None and not isinstance(own, dict):
         problems.append(f"{kind} {spec.id!r}: get_component_configuration must return a dict, got {own!r}")
     elif own:
-        spec.config = {**own, **spec.config}  # what the builder was given wins, as in Storm
+        # What the builder was given wins, as in Storm, whichever spelling either side used.
+        given = {Config.setting(k) for k in spec.config}
+        spec.config = {**{k: v for k, v in own.items() if Config.setting(k) not in given}, **spec.config}
     try:
         Config().merged(spec.config)
     except ConfigError as exc:

@@ -330,6 +330,18 @@ class TestValidTopology:
         assert components["own"].config == {"tick_tuple_freq_secs": 5, "flush_rows": 10}
         assert components["given"].config == {"tick_tuple_freq_secs": 1, "flush_rows": 10}
 
+    def test_builder_config_wins_under_either_spelling(self):
+        """The component asks with Storm's key, the builder gives the field name: no conflict."""
+
+        class Ticking(Sink):
+            def get_component_configuration(self) -> dict[str, Any]:
+                return {"topology.tick.tuple.freq.secs": 5}
+
+        builder = wordcount()
+        builder.set_bolt("own", Ticking(), config={"tick_tuple_freq_secs": 1}).shuffle_grouping("split")
+        config = builder.create_topology().components["own"].config
+        assert Config().merged(config).tick_tuple_freq_secs == 1
+
     def test_builder_can_grow_after_create(self):
         """A topology already created is not changed by later additions to its builder."""
         builder = wordcount()
