@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import sys
@@ -138,8 +139,6 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
     Quiet: Ray's own INFO and WARNING lines ("Started a local Ray instance", the token
     authentication notice) are not printed (``logging_level``), nor are the workers' logs
     (``log_to_driver``); errors still are."""
-    import logging
-
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     return {
         "address": "local",
