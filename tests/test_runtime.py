@@ -142,8 +142,8 @@ def test_a_slow_bolt_throttles_its_spout_instead_of_queueing_without_bound(submi
 
     def slow_got_200() -> bool:
         metrics = handle.metrics()
-        executed, emitted = metrics["slow"]["executed"], metrics["in"]["emitted"]
-        gaps.append(emitted - executed)
+        executed: int = metrics["slow"]["executed"]
+        gaps.append(metrics["in"]["emitted"] - executed)
         return executed >= 200
 
     assert eventually(slow_got_200, timeout=DEADLINE)

@@ -444,7 +444,9 @@ class TestTicks:
         builder.set_bolt("ticked", TickCounter(), config={"tick_tuple_freq_secs": 0.2}).shuffle_grouping("in")
         run = InProcessTopology(builder.create_topology())
         run.advance(1.0)
-        ticks = run.components("ticked")[0].ticks
+        counter = run.components("ticked")[0]
+        assert isinstance(counter, TickCounter)
+        ticks = counter.ticks
         assert len(ticks) == 5
         assert {(t.source_component, t.source_stream) for t in ticks} == {("__system", "__tick")}
         assert run.pending_trees() == 0

@@ -167,7 +167,7 @@ class Holder(Bolt):
     In-process the test calls ``release()`` on the task's object. On Ray, give it a ``board``:
     it releases on the first tick after the board's ``release`` flag is set."""
 
-    def __init__(self, board: ActorHandle | None = None, release: str = "release", reset: bool = False) -> None:
+    def __init__(self, board: ActorHandle[Any] | None = None, release: str = "release", reset: bool = False) -> None:
         self.board = board
         self.release_flag = release
         self.reset = reset
@@ -206,7 +206,7 @@ class Recorder(BasicBolt):
     """Records (task id, first value) of every input in ``seen``; with a ``board`` (on Ray) it
     hands them in on cleanup."""
 
-    def __init__(self, board: ActorHandle | None = None) -> None:
+    def __init__(self, board: ActorHandle[Any] | None = None) -> None:
         self.board = board
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
