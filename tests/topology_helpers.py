@@ -62,19 +62,20 @@ def __getattr__(name: str) -> Any:
 class Feeder(Spout):
     """Emits what the test feeds it, one tuple per ``next_tuple``, tracked by the msg id given;
     records the msg ids it is told were acked and failed. Never replays and is never exhausted
-    (an in-process ``FeederSpout``: feed it through ``topology.components(spout_id)[i]``)."""
+    (an in-process ``FeederSpout``: feed it through ``topology.components(spout_id)[i]``, even
+    before it is opened)."""
 
     def __init__(self, fields: list[str]) -> None:
         self.fields = list(fields)
+        self.queue: deque[tuple[list[Any], Any]] = deque()
+        self.acked: list[Any] = []
+        self.failed: list[Any] = []
 
     def declare_output_fields(self, declarer: Any) -> None:
         declarer.declare(self.fields)
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self.collector = collector
-        self.queue: deque[tuple[list[Any], Any]] = deque()
-        self.acked: list[Any] = []
-        self.failed: list[Any] = []
 
     def feed(self, values: list[Any], msg_id: Any = None) -> None:
         self.queue.append((list(values), msg_id))
