@@ -167,6 +167,7 @@ def feeder(run: InProcessTopology, spout_id: str = "in", task: int = 0) -> Feede
 
 
 def holder(run: InProcessTopology, bolt_id: str) -> Holder:
+    """The ``Holder`` object of ``bolt_id``'s (only) task."""
     bolt = run.components(bolt_id)[0]
     assert isinstance(bolt, Holder)
     return bolt
@@ -463,6 +464,7 @@ class TestGroupings:
         return [seen for rec in result.components("rec") for seen in rec.seen]
 
     def test_fields_grouping_sends_equal_keys_to_one_task(self) -> None:
+        """Fed a, b, c, d five times over: every copy of a key reaches the same task."""
         seen = self._route(lambda d: d.fields_grouping("in", ["key"]), ["a", "b", "c", "d"] * 5)
         tasks_per_key: dict[str, set[int]] = {}
         for task, key in seen:
@@ -470,14 +472,17 @@ class TestGroupings:
         assert len(seen) == 20 and all(len(t) == 1 for t in tasks_per_key.values())
 
     def test_all_grouping_copies_to_every_task(self) -> None:
+        """Fed x and y: each of the three tasks gets both."""
         seen = self._route(lambda d: d.all_grouping("in"), ["x", "y"])
         assert sorted(seen) == [(task, v) for task in (2, 3, 4) for v in ("x", "y")]
 
     def test_global_grouping_sends_everything_to_the_lowest_task(self) -> None:
+        """Fed 0..5: all of it reaches task 2, in order."""
         seen = self._route(lambda d: d.global_grouping("in"), list(range(6)))
         assert seen == [(2, v) for v in range(6)]
 
     def test_shuffle_grouping_spreads_evenly_over_every_task(self) -> None:
+        """Fed 30 tuples: round-robin in a shuffled order gives each task 10."""
         seen = self._route(lambda d: d.shuffle_grouping("in"), list(range(30)))
         per_task = {task: sum(1 for t, _ in seen if t == task) for task in (2, 3, 4)}
         assert per_task == {2: 10, 3: 10, 4: 10}
