@@ -4,8 +4,10 @@
 
 The spout emits a fixed number of sentences, each tracked by a message id, and replays the
 ones that fail; ``split`` fails a small fraction of its inputs on purpose (``--fail-rate``) so
-that you can watch replays happen. At the end every sentence has been acked -- some of them more
-than once processed, which is what at-least-once means: the counts include the replays.
+that you can watch replays happen. At the end every sentence has been acked. ``split`` fails a
+sentence before emitting any of its words, so here the counts come out exact; a bolt that failed
+after emitting would have its words counted again on the replay -- that is what at-least-once
+means (``examples/test_wordcount.py`` checks both).
 
 Run it:  python examples/wordcount.py
 """

@@ -19,6 +19,8 @@ from rayflow import (
     BasicOutputCollector,
     Bolt,
     OutputCollector,
+    Spout,
+    SpoutOutputCollector,
     TopologyBuilder,
     TopologyContext,
     Tuple,
@@ -413,8 +415,36 @@ class TestSpoutControl:
         result = complete_topology(builder.create_topology())
         assert result.finished
         assert result.acked("in") == [0, 1, 2]
+        assert result.rounds == 0  # a raising next_tuple is not taken for an idle spout
         spout = result.metrics()["in"]
         assert spout["errors"] >= 3 and "flaky source" in spout["last_error"]
+
+    def test_a_join_across_a_raising_next_tuple_is_not_timed_out(self) -> None:
+        """in -> join: the spout emits "a", raises twice, then emits "b"; the join pairs them.
+        Both trees are acked: the raises are not a pause long enough to time "a" out."""
+
+        class Stutter(Spout):
+            outputs = ["v"]
+
+            def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+                self.collector = collector
+                self.script = ["a", "raise", "raise", "b"]
+
+            def next_tuple(self) -> None:
+                if not self.script:
+                    self.collector.exhausted()
+                    return
+                step = self.script.pop(0)
+                if step == "raise":
+                    raise RuntimeError("source hiccup")
+                self.collector.emit([step], msg_id=step)
+
+        builder = TopologyBuilder()
+        builder.set_spout("in", Stutter())
+        builder.set_bolt("join", Join()).shuffle_grouping("in")
+        result = complete_topology(builder.create_topology())
+        assert (sorted(result.acked("in")), result.failed("in")) == (["a", "b"], [])
+        assert result.emitted("join") == [[["a", "b"]]]
 
     def test_trees_are_acked_to_the_spout_task_that_owns_them(self) -> None:
         """in (2 tasks) -> relay (2) -> sink (2), 2 ackers: each spout task is told exactly the

@@ -91,15 +91,15 @@ class CompletedTopology:
 
     def emitted(self, component: str, stream: str = DEFAULT_STREAM) -> list[list[Any]]:
         """Every tuple ``component`` emitted on ``stream``, replays included."""
-        return [list(v) for v in self._run.recorder.emits.get((component, stream), [])]
+        return self._run.emitted(component, stream)
 
     def acked(self, spout: str) -> list[Any]:
         """The msg ids ``spout`` was told were acked."""
-        return list(self._run.recorder.acks.get(spout, []))
+        return self._run.acked(spout)
 
     def failed(self, spout: str) -> list[Any]:
         """The msg ids ``spout`` was told failed (explicitly, or by timeout)."""
-        return list(self._run.recorder.fails.get(spout, []))
+        return self._run.failed(spout)
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Counters per component: the shape of ``TopologyHandle.metrics()``."""

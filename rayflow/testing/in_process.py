@@ -21,13 +21,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..components import BasicBolt, Bolt, Spout
 from ..config import Config
 from ..context import TopologyContext
 from ..errors import RayflowError
 from ..executors import Executor, make_executor
 from ..metrics import merge_by_component
 from ..topology import ACKER_COMPONENT, Topology
+from ..tuple import DEFAULT_STREAM
 
 __all__ = ["Delivery", "InProcessTopology", "Recorder"]
 
@@ -36,6 +36,9 @@ Delivery = Literal["fifo", "newest_first", "random"]
 (``fifo``), newest first with data ahead of acker traffic (``newest_first``: every ack reaches
 the acker before the init that opened its tree), or a seeded random pick (``random``)."""
 
+MAX_RAISING_BURSTS = 100
+"""``run`` takes a spout whose ``next_tuple`` raised this many bursts in a row, emitting
+nothing, for idle."""
 MAX_EMITS_PER_RUN = 1_000_000
 """``run`` gives up past this many spout tuples without the spouts going quiet: an unbounded
 spout cannot be run to completion."""
@@ -125,13 +128,25 @@ class InProcessTopology:
         """The executor of ``component_id``'s first task."""
         return self.tasks(component_id)[0]
 
-    def components(self, component_id: str) -> list[Spout | Bolt | BasicBolt]:
+    def components(self, component_id: str) -> list[Any]:
         """The user's component object in each task of ``component_id`` (each task's own copy)."""
-        found: list[Spout | Bolt | BasicBolt] = []
+        found: list[Any] = []
         for executor in self.tasks(component_id):
             component = getattr(executor, "spout", None) or executor.bolt  # type: ignore[attr-defined]
             found.append(getattr(component, "basic", component))  # a BasicBolt runs inside an adapter
         return found
+
+    def emitted(self, component: str, stream: str = DEFAULT_STREAM) -> list[list[Any]]:
+        """Every tuple ``component`` emitted on ``stream`` so far, in order, replays included."""
+        return [list(v) for v in self.recorder.emits.get((component, stream), [])]
+
+    def acked(self, spout: str) -> list[Any]:
+        """The msg ids ``spout`` was told were acked, in order."""
+        return list(self.recorder.acks.get(spout, []))
+
+    def failed(self, spout: str) -> list[Any]:
+        """The msg ids ``spout`` was told failed (explicitly, or by timeout), in order."""
+        return list(self.recorder.fails.get(spout, []))
 
     def pending_trees(self) -> int:
         """Trees the ackers are still tracking."""
@@ -192,13 +207,19 @@ class InProcessTopology:
 
     def run(self) -> int:
         """Let the spouts emit and deliver everything, until the spouts emit nothing more (they
-        are exhausted, at their pending limit with nothing left to complete, or idle). Returns
-        the tuples the spouts emitted."""
+        are exhausted, at their pending limit with nothing left to complete, or idle). A
+        ``next_tuple`` that raised counts as activity for a while -- on Ray the spout would be
+        asked again at once -- so a source that fails now and then is not taken for idle.
+        Returns the tuples the spouts emitted."""
         total = 0
+        raising = 0
         while True:
+            errors = self._spout_errors()
             emitted = self.run_spouts()
             self.settle()
-            if not emitted:
+            raised = self._spout_errors() > errors
+            raising = raising + 1 if raised and not emitted else 0
+            if not emitted and (not raised or raising > MAX_RAISING_BURSTS):
                 return total
             total += emitted
             if total > MAX_EMITS_PER_RUN:
@@ -206,6 +227,9 @@ class InProcessTopology:
                     f"the spouts emitted more than {MAX_EMITS_PER_RUN:,} tuples without going quiet: "
                     "an unbounded spout cannot be run to completion in-process (mock it, or drive it step by step)"
                 )
+
+    def _spout_errors(self) -> int:
+        return sum(e.metrics.errors for e in self.executors.values() if e.is_source)
 
     def advance(self, secs: float) -> None:
         """Move the simulated clock ``secs`` forward, firing each timer (message-timeout
