@@ -7,7 +7,7 @@ ones that fail; ``split`` fails a small fraction of its inputs on purpose (``--f
 that you can watch replays happen. At the end every sentence has been acked. ``split`` fails a
 sentence before emitting any of its words, so here the counts come out exact; a bolt that failed
 after emitting would have its words counted again on the replay -- that is what at-least-once
-means (``examples/test_wordcount.py`` checks both).
+means (``examples/test_wordcount.py`` checks the counts).
 
 Run it:  python examples/wordcount.py
 """
