@@ -23,8 +23,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rayflow import cli
-from rayflow.cli import MEANING, Outcome, app, flow_order
+from rayflow.cli import MEANING, Outcome, app, console, flow_order
+from rayflow.cli.monitor import Monitor
 from rayflow.spec import load_topology
 from rayflow.spec.drawing import to_dot, to_mermaid
 
@@ -311,12 +311,12 @@ class TestMonitor:
         stdout, stderr = io.StringIO(), io.StringIO()
         consoles = {"out": stdout, "err": stderr}
         patched = {name: Console(file=f, width=200, force_terminal=terminal) for name, f in consoles.items()}
-        original = cli.out, cli.err
-        cli.out, cli.err = patched["out"], patched["err"]
+        original = console.out, console.err
+        console.out, console.err = patched["out"], patched["err"]
         try:
-            outcome = cli._Monitor(self.Handle(metrics), loaded, duration=None).run()  # type: ignore[arg-type]
+            outcome = Monitor(self.Handle(metrics), loaded, duration=None).run()  # type: ignore[arg-type]
         finally:
-            cli.out, cli.err = original
+            console.out, console.err = original
         strip = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
         return outcome, strip.sub("", stdout.getvalue()), strip.sub("", stderr.getvalue())
 

@@ -1,0 +1,81 @@
+"""The ``rayflow`` command: run, check, draw and describe topology files.
+
+    rayflow run configs/wordcount.yaml --duration 20     # live table, then a summary
+    rayflow validate configs/*.yaml                      # every problem, with file:line
+    rayflow graph configs/wordcount.yaml -o wc.svg       # .svg/.png need Graphviz's dot
+    rayflow schema > topology.schema.json                # for editors
+
+Built on typer (arguments and help) and rich (tables, live refresh). The current directory is
+put on ``sys.path`` so that classes like ``examples.wordcount.SentenceSpout`` import when the
+command runs from the project root.
+
+This module is the typer app and ``main`` (the console script ``rayflow`` and ``python -m
+rayflow``); the rest of the command lives beside it, each concept in its own module:
+
+* ``commands``: ``validate``, ``graph``, ``schema`` and ``run``, registered on the app here;
+* ``arguments``: the arguments they share (FILE, ``--set``, ``--properties``) and loading a file;
+* ``ray_connection``: a local Ray, or the cluster at ``--address`` (token authentication checks);
+* ``monitor``: ``run``'s live table or progress lines, its clean stop and its summary;
+* ``exit_codes``: ``run``'s exit codes (``Outcome``), what each means and which one a run earns;
+* ``progress``: the spinner or progress lines while something slow starts;
+* ``console``: ``out`` and ``err``, where all of it is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+
+from . import commands, console
+from .exit_codes import MEANING, Outcome
+from .monitor import flow_order
+
+__all__ = ["MEANING", "Outcome", "app", "flow_order", "main"]
+
+app = typer.Typer(
+    name="rayflow",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # paragraphs of the help reflow to the terminal's width
+)
+
+
+def _version() -> str:
+    try:
+        return version("rayflow")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.out.print(f"rayflow {_version()}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print rayflow's version and exit."),
+    ] = False,
+) -> None:
+    """Run Storm-style topologies described in YAML files on Ray."""
+
+
+app.command()(commands.validate)
+app.command()(commands.graph)
+app.command()(commands.schema)
+app.command(help=commands.RUN_HELP)(commands.run)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    app()
