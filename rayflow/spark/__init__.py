@@ -1,0 +1,37 @@
+"""Spark DataFrame interop, through raydp (the ``spark`` extra: ``pip install 'rayflow[spark]'``).
+
+How the modules stack, bottom up:
+
+    plain Python (pyarrow)   arrow (tuples -> Arrow tables, one schema per sink task;
+                             Arrow -> Spark), parquet (``write_parquet``)
+    Spark in a process       session (raydp settings for Java 17; ``spark_session``, ``stop_spark``)
+    Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use)
+    components               sink (``DataFrameSink``), spout (``DataFrameSpout``)
+
+Importing needs pyarrow only; pyspark, raydp and Java are needed once Spark starts, and their
+absence is reported then as ``SparkUnavailableError``.
+"""
+
+try:
+    import pyarrow  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(f"rayflow.spark needs the spark extra ({exc}): pip install 'rayflow[spark]'") from None
+
+from .arrow import SchemaMismatchError
+from .parquet import write_parquet
+from .session import SparkUnavailableError, spark_session, stop_spark
+from .shared import run_in_spark
+from .sink import DataFrameSink, ForeachBatchError
+from .spout import DataFrameSpout
+
+__all__ = [
+    "DataFrameSink",
+    "DataFrameSpout",
+    "ForeachBatchError",
+    "SchemaMismatchError",
+    "SparkUnavailableError",
+    "run_in_spark",
+    "spark_session",
+    "stop_spark",
+    "write_parquet",
+]

@@ -1,0 +1,50 @@
+"""What the Spark tests run inside the shared Spark: ``foreach_batch`` functions and queries.
+
+They live in an importable module so that the shared Spark's process imports them by name; state
+kept here (``_calls``) lives in that process, across batches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import ray
+
+from rayflow.spark import DataFrameSpout, write_parquet
+
+BOARD = "rayflow-spark-test-board"
+BOARD_NAMESPACE = "rayflow-tests"
+
+_calls: Counter[str] = Counter()
+
+
+class FailingWriter:
+    """``write_parquet(path)``, except that its first ``failures`` calls raise."""
+
+    def __init__(self, path: str, failures: int) -> None:
+        self.path = path
+        self.failures = failures
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        _calls[self.path] += 1
+        if _calls[self.path] <= self.failures:
+            raise RuntimeError(f"simulated failure of call {_calls[self.path]}")
+        write_parquet(self.path)(df, batch_id)
+
+
+def record_rows(df: Any, batch_id: int) -> None:
+    """Hand the batch's rows to the test's board (``tests.topology_helpers.Board`` named BOARD)."""
+    board = ray.get_actor(BOARD, namespace=BOARD_NAMESPACE)
+    ray.get(board.add.remote([(batch_id, *row) for row in df.collect()]))
+
+
+def read_rows(spark: Any, path: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    """Every row written under ``path``, as tuples of ``columns``."""
+    return [tuple(row) for row in spark.read.parquet(path).select(*columns).collect()]
+
+
+def numbers_spout(spark: Any, rows: int) -> DataFrameSpout:
+    """A spout of a Spark DataFrame of ``rows`` rows: ``id`` and ``word`` (``w`` + id % 7)."""
+    frame = spark.range(rows).selectExpr("id", "concat('w', CAST(id % 7 AS STRING)) AS word").repartition(3)
+    return DataFrameSpout(frame)
