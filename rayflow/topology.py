@@ -192,7 +192,11 @@ class TopologyBuilder:
         for spec in checked.values():
             spec.inputs = [sub for sub in spec.inputs if sub.component not in classes]
             problems += _check_component(spec)
-        if not any(s.is_spout or cid in classes and issubclass(s.component, Spout) for cid, s in specs.items()):
+        def is_spout(cid: str, spec: ComponentSpec) -> bool:
+            component: object = spec.component
+            return isinstance(component, type) and issubclass(component, Spout) if cid in classes else spec.is_spout
+
+        if not any(is_spout(cid, spec) for cid, spec in specs.items()):
             problems.append("the topology has no spout")
         for spec in checked.values():
             problems += _check_inputs(spec, checked)

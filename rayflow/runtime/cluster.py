@@ -47,14 +47,14 @@ def _ship_user_code_by_value(topology: Topology) -> None:
             continue
         if module.__name__.split(".")[0] == "rayflow" or os.path.abspath(path).startswith(_INSTALLED):
             continue
-        cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def _check_picklable(topology: Topology) -> None:
     problems = []
     for cid, spec in topology.components.items():
         try:
-            cloudpickle.dumps(spec.component)
+            cloudpickle.dumps(spec.component)  # type: ignore[no-untyped-call]
         except Exception as exc:
             problems.append(f"component {cid!r}: cannot be copied to its tasks (pickling failed: {exc})")
     if problems:
@@ -74,7 +74,8 @@ def _rebuild_problems(topology: Topology) -> list[str]:
                 problems[cid] = f"{type(exc).__name__}: {exc}"
         return problems
 
-    blobs = {cid: cloudpickle.dumps(spec.component) for cid, spec in topology.components.items()}
+    dumps: Any = cloudpickle.dumps  # untyped in Ray
+    blobs = {cid: dumps(spec.component) for cid, spec in topology.components.items()}
     found = ray.get(rebuild.remote(blobs))
     return [f"component {cid!r}: cannot be re-built in its task ({why})" for cid, why in sorted(found.items())]
 

@@ -55,7 +55,7 @@ class FeederSpout(Spout):
 
     def __init__(self, fields: list[str]) -> None:
         self._fields = list(fields)
-        self._channel = _RemoteChannel.remote()
+        self._channel: Any = _RemoteChannel.remote()  # an actor handle: Ray's stubs cannot type it
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(self._fields)

@@ -150,7 +150,8 @@ class InProcessTopology:
 
     def pending_trees(self) -> int:
         """Trees the ackers are still tracking."""
-        return sum(len(e.ledger) for e in self.tasks(ACKER_COMPONENT))  # type: ignore[attr-defined]
+        ackers: list[Any] = self.tasks(ACKER_COMPONENT)
+        return sum(len(acker.ledger) for acker in ackers)
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per component, summed over its tasks: the shape of ``TopologyHandle.metrics()``."""
