@@ -1,4 +1,4 @@
-"""``AckLedger``: the acker's bookkeeping, as plain Python.
+"""``AckLedger``: the acker's bookkeeping, as plain Python in flat arrays.
 
 Per tracked spout tuple (its *root* id) the ledger keeps a 64-bit XOR checksum, the spout task
 that owns the tree and whether the tree has failed. Messages, and the outcome each can cause:
@@ -11,20 +11,32 @@ that owns the tree and whether the tree has failed. Messages, and the outcome ea
 
 A tree is reported when its checksum is zero (acked) or it has failed, but never before its
 init arrived: acks and fails that overtake the init are kept and settled when it comes, since
-only the init tells which spout task to report to. Entries live in a ``RotatingMap``; a tree
-that sees no message for a whole rotation cycle is forgotten (the spout's own pending map has
-already timed it out and failed it).
+only the init tells which spout task to report to. A tree that sees no message for ``buckets``
+rotations is forgotten (the spout's own pending map has already timed it out and failed it).
+
+Why flat arrays: an acker may hold a million pending trees, and a dict of Python ints costs
+~170 bytes a tree (the root and checksum are 40-byte objects each, plus the entry). Here a tree
+is one slot of an open-addressing table (linear probing, at most half full) spread over four
+arrays -- root, checksum, owner, expiry stamp -- 21 bytes a slot, 42 to 84 bytes a tree. Root
+ids are random 64-bit numbers, so their low bits index the table directly; root 0 is reserved
+(``anchoring.new_id`` never makes it). Expiry needs no per-tree timer: each slot is stamped with
+the rotation it was last touched in, and a rotation drops the one cohort that has aged out,
+found with ``bytearray.find`` at C speed.
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import NamedTuple
-
-from .rotating_map import RotatingMap
 
 __all__ = ["AckLedger", "Outcome"]
 
 ACKER_BUCKETS = 3
+MIN_CAPACITY = 1024
+_FREE = 255
+"""The stamp of an empty slot; live stamps count rotations modulo 255, so never equal it."""
+_FAILED = 1
+"""Low bit of a slot's owner word; the spout task is the rest (0 until the init arrived)."""
 
 
 class Outcome(NamedTuple):
@@ -35,55 +47,126 @@ class Outcome(NamedTuple):
     acked: bool
 
 
-class _Tree:
-    __slots__ = ("val", "spout_task", "failed")
-
-    def __init__(self) -> None:
-        self.val = 0
-        self.spout_task: int | None = None
-        self.failed = False
-
-
 class AckLedger:
     def __init__(self, buckets: int = ACKER_BUCKETS) -> None:
-        self._pending: RotatingMap[int, _Tree] = RotatingMap(buckets)
+        if buckets < 2:
+            raise ValueError("an AckLedger needs at least 2 buckets")
+        self._buckets = buckets
+        self._stamp = 0
+        self._allocate(MIN_CAPACITY)
+
+    def _allocate(self, capacity: int) -> None:
+        self._mask = capacity - 1
+        self._roots = array("Q", bytes(8 * capacity))
+        self._vals = array("Q", bytes(8 * capacity))
+        self._owners = array("I", bytes(4 * capacity))
+        self._stamps = bytearray(b"\xff") * capacity
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return self._count
 
-    def _settle(self, root: int, tree: _Tree) -> Outcome | None:
-        if tree.spout_task is None:
+    def _slot(self, root: int) -> int:
+        """The slot of ``root``, taken (empty, stamped now) if it has none. Probing is written
+        inline here, the one hot loop of the acker."""
+        roots = self._roots
+        mask = self._mask
+        i = root & mask
+        r = roots[i]
+        while r != root:
+            if not r:
+                roots[i] = root
+                self._count += 1
+                if self._count * 2 > mask:
+                    self._resize(2 * (mask + 1))
+                    return self._slot(root)
+                break
+            i = (i + 1) & mask
+            r = roots[i]
+        self._stamps[i] = self._stamp
+        return i
+
+    def _settle(self, i: int) -> Outcome | None:
+        owner = self._owners[i]
+        if owner < 2:  # no init yet: nobody to tell
             return None
-        if tree.failed:
-            self._pending.pop(root)
-            return Outcome(tree.spout_task, root, False)
-        if tree.val == 0:
-            self._pending.pop(root)
-            return Outcome(tree.spout_task, root, True)
-        return None
+        if owner & _FAILED:
+            outcome = Outcome(owner >> 1, self._roots[i], False)
+        elif not self._vals[i]:
+            outcome = Outcome(owner >> 1, self._roots[i], True)
+        else:
+            return None
+        self._remove(i)
+        return outcome
 
     def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
-        tree = self._pending.touch(root, _Tree)
-        tree.val ^= val
-        tree.spout_task = spout_task
-        return self._settle(root, tree)
+        i = self._slot(root)
+        self._vals[i] ^= val
+        self._owners[i] |= spout_task << 1
+        return self._settle(i)
 
     def ack(self, root: int, val: int) -> Outcome | None:
-        tree = self._pending.touch(root, _Tree)
-        tree.val ^= val
-        if tree.spout_task is None or (tree.val and not tree.failed):
+        i = self._slot(root)
+        val ^= self._vals[i]
+        self._vals[i] = val
+        if val and not self._owners[i] & _FAILED:
             return None
-        return self._settle(root, tree)
+        return self._settle(i)
 
     def fail(self, root: int) -> Outcome | None:
-        tree = self._pending.touch(root, _Tree)
-        tree.failed = True
-        return self._settle(root, tree)
+        i = self._slot(root)
+        self._owners[i] |= _FAILED
+        return self._settle(i)
 
     def reset_timeout(self, root: int) -> int | None:
         """Refresh the tree's expiry; returns the spout task to forward the reset to, if known."""
-        return self._pending.touch(root, _Tree).spout_task
+        return (self._owners[self._slot(root)] >> 1) or None
 
     def rotate(self) -> list[int]:
         """Advance expiry by one cohort; returns the roots forgotten."""
-        return list(self._pending.rotate())
+        self._stamp = (self._stamp + 1) % _FREE
+        cohort = (self._stamp - self._buckets) % _FREE
+        stamps, roots = self._stamps, self._roots
+        expired = []
+        i = stamps.find(cohort)
+        while i >= 0:
+            expired.append(roots[i])
+            i = stamps.find(cohort, i + 1)
+        for root in expired:
+            self._remove(self._slot(root))
+        if self._count * 8 < self._mask and self._mask >= MIN_CAPACITY:
+            self._resize((self._mask + 1) // 2)
+        return expired
+
+    def _remove(self, i: int) -> None:
+        """Empty slot ``i``, shifting back the entries after it that probed past it, so that no
+        lookup stops early at the hole (linear probing's deletion without tombstones)."""
+        roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            r = roots[j]
+            if not r:
+                break
+            home = r & mask
+            # The entry at j may fill the hole at i unless its home lies cyclically in (i, j].
+            if (home <= i or home > j) if i < j else (home <= i and home > j):
+                roots[i], vals[i], owners[i], stamps[i] = r, vals[j], owners[j], stamps[j]
+                i = j
+        roots[i] = vals[i] = owners[i] = 0
+        stamps[i] = _FREE
+        self._count -= 1
+
+    def _resize(self, capacity: int) -> None:
+        old = self._roots, self._vals, self._owners, self._stamps
+        self._allocate(capacity)
+        roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
+        count = 0
+        for r, v, o, s in zip(*old, strict=True):
+            if r:
+                i = r & mask
+                while roots[i]:
+                    i = (i + 1) & mask
+                roots[i], vals[i], owners[i], stamps[i] = r, v, o, s
+                count += 1
+        self._count = count

@@ -11,38 +11,60 @@ sums to collide, which Storm puts at once in 50 million years at 10k acks per se
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-__all__ = ["anchored_edges", "new_id"]
+if TYPE_CHECKING:
+    from .tuple import Tuple
+
+__all__ = ["anchor", "new_id", "tree_acks"]
 
 _bits = random.SystemRandom().getrandbits
 _rng = random.Random(_bits(64))
-_getrandbits = _rng.getrandbits
+getrandbits = _rng.getrandbits
+"""``getrandbits(64)`` is an edge id on the hot paths, which write ``getrandbits(64) or new_id()``
+inline (zero, once in 2**64, must not be used: it would vanish from an XOR)."""
 
 
 def new_id() -> int:
-    """A random non-zero 64-bit id (zero would vanish from an XOR)."""
-    v = _getrandbits(64)
+    """A random non-zero 64-bit id."""
+    v = getrandbits(64)
     while not v:
-        v = _getrandbits(64)
+        v = getrandbits(64)
     return v
 
 
-def anchored_edges(anchor_edges: list[dict[int, int]]) -> tuple[dict[int, int], list[int]]:
-    """Edges for one tuple emitted to one task, anchored to tuples whose edges are given.
+def anchor(anchors: Iterable[Tuple]) -> tuple[int | dict[int, int], int]:
+    """The tree of one tuple emitted to one task anchored to ``anchors`` -- ``(root, edge id)``
+    when it joins one tree, ``({root: edge id}, 0)`` when several, ``(0, 0)`` when none -- with
+    the new edge ids XORed into the anchors' ack values.
 
-    Returns the new tuple's ``{root: edge id}`` and, per anchor, the edge id to XOR into that
-    anchor's ack value. Each anchor gets its own edge id: two anchors in the same tree then
-    contribute two distinct ids that the new tuple's ack clears together, which one shared id
-    would cancel out and let the tree complete early.
+    Each anchor gets its own edge id: two anchors in the same tree then contribute two distinct
+    ids that the new tuple's ack clears together, which one shared id would cancel out and let
+    the tree complete early. (The hot paths inline the one-anchor, one-root case.)
     """
     edges: dict[int, int] = {}
-    per_anchor = []
-    for roots in anchor_edges:
-        if not roots:
-            per_anchor.append(0)
+    for a in anchors:
+        tree = a._tree
+        if not tree:  # untracked, or already acked or failed: contributes nothing
             continue
         edge = new_id()
-        per_anchor.append(edge)
-        for root in roots:
+        a._val ^= edge
+        for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
             edges[root] = edges.get(root, 0) ^ edge
-    return edges, per_anchor
+    if not edges:
+        return 0, 0
+    if len(edges) == 1:
+        ((root, edge),) = edges.items()
+        return root, edge
+    return edges, 0
+
+
+def tree_acks(tup: Tuple) -> list[tuple[int, int]]:
+    """What acking ``tup`` tells the acker: ``(root, value)`` per tree it belongs to."""
+    tree, val = tup._tree, tup._val
+    if not tree:
+        return []
+    if tree.__class__ is int:
+        return [(tree, val)]
+    return [(root, edge ^ val) for root, edge in tree.items()]  # type: ignore[union-attr]

@@ -7,6 +7,7 @@ executors, and they never write the task's state: a spout saying it is exhausted
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .tuple import DEFAULT_STREAM
@@ -30,7 +31,9 @@ class SpoutTask(Protocol):
 class BoltTask(Protocol):
     """What a bolt's collector needs from the task running the bolt."""
 
-    def emit(self, stream: str, values: list[Any], anchors: list[Tuple], direct_task: int | None) -> list[int]: ...
+    def emit(
+        self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None
+    ) -> list[int]: ...
 
     def ack(self, tup: Tuple) -> None: ...
 
@@ -44,11 +47,11 @@ class BoltTask(Protocol):
 class SpoutOutputCollector:
     """Handed to ``Spout.open``. Example::
 
-        def next_tuple(self):
-            line = self.source.poll()
-            if line is None:
-                return
-            self.collector.emit([line], msg_id=line.offset)   # tracked: ack/fail report on it
+    def next_tuple(self):
+        line = self.source.poll()
+        if line is None:
+            return
+        self.collector.emit([line], msg_id=line.offset)   # tracked: ack/fail report on it
     """
 
     def __init__(self, task: SpoutTask) -> None:
@@ -73,21 +76,13 @@ class SpoutOutputCollector:
         self._task.report_error(exc, "reported by the spout")
 
 
-def _anchor_list(anchors: Tuple | list[Tuple] | None) -> list[Tuple]:
-    if anchors is None:
-        return []
-    if isinstance(anchors, (list, tuple)):
-        return list(anchors)
-    return [anchors]
-
-
 class OutputCollector:
     """Handed to ``Bolt.prepare``. Every input must be acked or failed, now or later::
 
-        def execute(self, tup):
-            for word in tup["sentence"].split():
-                self.collector.emit([word], anchors=tup)   # joins tup's trees
-            self.collector.ack(tup)
+    def execute(self, tup):
+        for word in tup["sentence"].split():
+            self.collector.emit([word], anchors=tup)   # joins tup's trees
+        self.collector.ack(tup)
     """
 
     def __init__(self, task: BoltTask) -> None:
@@ -98,7 +93,7 @@ class OutputCollector:
     ) -> list[int]:
         """Emit a tuple, anchored to ``anchors`` (joining their trees: failing it fails every
         root) or unanchored (its fate affects no spout tuple). Returns the receiving task ids."""
-        return self._task.emit(stream, values, _anchor_list(anchors), None)
+        return self._task.emit(stream, values, anchors, None)
 
     def emit_direct(
         self,
@@ -108,7 +103,7 @@ class OutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> None:
         """Emit to one task of a bolt subscribed with a direct grouping to a direct stream."""
-        self._task.emit(stream, values, _anchor_list(anchors), task_id)
+        self._task.emit(stream, values, anchors, task_id)
 
     def ack(self, tup: Tuple) -> None:
         """``tup`` is processed; once every tuple of a tree is acked, its spout's ``ack`` runs."""
@@ -130,19 +125,19 @@ class OutputCollector:
 class BasicOutputCollector:
     """Handed to ``BasicBolt.execute``: every emit is anchored to the input being executed."""
 
-    def __init__(self, collector: OutputCollector) -> None:
-        self._collector = collector
+    def __init__(self, task: BoltTask) -> None:
+        self._task = task
         self.input: Tuple | None = None
-        """The tuple being executed; set by the adapter that runs the ``BasicBolt``."""
+        """The tuple being executed; set by whatever runs the ``BasicBolt``."""
 
     def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._collector.emit(values, self.input, stream)
+        return self._task.emit(stream, values, self.input, None)
 
     def emit_direct(self, task_id: int, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
-        self._collector.emit_direct(task_id, values, self.input, stream)
+        self._task.emit(stream, values, self.input, task_id)
 
     def reset_timeout(self, tup: Tuple) -> None:
-        self._collector.reset_timeout(tup)
+        self._task.reset_timeout(tup)
 
     def report_error(self, exc: BaseException) -> None:
-        self._collector.report_error(exc)
+        self._task.report_error(exc, "reported by the bolt")

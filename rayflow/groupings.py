@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from .errors import EmitError
@@ -33,6 +33,10 @@ __all__ = [
     "StreamId",
     "stable_hash",
 ]
+
+
+LOAD_LEVELS = 8
+"""A load-aware shuffle gives the most backlogged target one turn for this many of an idle one."""
 
 
 class StreamId(NamedTuple):
@@ -86,18 +90,30 @@ class Grouping:
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         raise NotImplementedError
 
+    def keyed_by(self) -> int | None:
+        """The position of the one field whose value alone decides ``choose_tasks`` (always the
+        same answer for the same value), if there is one: routes then remember the answers."""
+        return None
+
     def describe(self) -> str:
         return f"{self.kind}({', '.join(self.fields)})" if self.fields else self.kind
 
 
 class ShuffleGrouping(Grouping):
-    """Spread tuples evenly: round-robin over the targets in a random order per source task."""
+    """Spread tuples evenly: round-robin over the targets in a random order per source task.
+
+    Load-aware, as Storm 2's shuffle: given each target's backlog (``update_load``), a target
+    with a backlog gets fewer turns in the round -- down to one in ``LOAD_LEVELS`` of an idle
+    one's -- so that tuples go where they are worked off. With equal backlogs it is a plain
+    round-robin again."""
 
     kind = "shuffle"
 
     def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
         super().prepare(context, stream, target_tasks)
-        self._choices = self._order(context)
+        self._even = self._order(context)
+        self._choices = self._even
+        self._weights: list[int] = []
         self._next = 0
 
     def _order(self, context: TopologyContext) -> list[list[int]]:
@@ -109,6 +125,24 @@ class ShuffleGrouping(Grouping):
         i = self._next
         self._next = (i + 1) % len(self._choices)
         return self._choices[i]
+
+    def update_load(self, backlog: Callable[[int], int]) -> None:
+        """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed."""
+        order = self._even
+        loads = [backlog(choice[0]) for choice in order]
+        most = max(loads)
+        weights = [LOAD_LEVELS - (LOAD_LEVELS - 1) * load // most if most else 1 for load in loads]
+        if weights == self._weights:
+            return
+        self._weights = weights
+        if len(set(weights)) == 1:
+            self._choices = order
+        else:
+            # Interleaved, not bunched: round r takes every target with more than r turns.
+            self._choices = [
+                choice for r in range(max(weights)) for choice, w in zip(order, weights, strict=True) if w > r
+            ]
+        self._next = 0
 
 
 class NoneGrouping(ShuffleGrouping):
@@ -144,6 +178,9 @@ class FieldsGrouping(Grouping):
         self._positions = [declared.index(f) for f in self.fields]
         self._singles = [[t] for t in self.targets]
 
+    def keyed_by(self) -> int | None:
+        return self._positions[0] if len(self._positions) == 1 else None
+
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if len(self._positions) == 1:
             v = values[self._positions[0]]
@@ -162,6 +199,9 @@ class PartialKeyGrouping(FieldsGrouping):
     def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
         super().prepare(context, stream, target_tasks)
         self._load = [0] * len(self.targets)
+
+    def keyed_by(self) -> int | None:
+        return None  # the choice depends on the load too
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         h = stable_hash([values[p] for p in self._positions])

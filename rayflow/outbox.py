@@ -7,37 +7,100 @@ data and never hold back, so a full data path cannot starve the acker. Acks for 
 one sender are XORed together while they wait, which is exact (XOR is associative) and means a
 bolt sends the acker one number per tree per batch instead of one per tuple.
 
-The outbox only builds payloads; ``send_data``/``send_control`` put them on the wire (a Ray
-call in the runtime, a list in unit tests).
+The wire format (see ``DataBatch.payload``) is columnar: a data payload holds the values of its
+tuples in one list and their trees in another, so that pickling it and reading it back cost a
+few list operations per tuple and no per-tuple container. The outbox only builds payloads;
+the link puts them on the wire (a Ray call in the runtime, a queue in tests) and pickles them.
+A payload that will not pickle because of one tuple's values costs only that tuple: it is
+dropped, its trees fail, the error is reported, and the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
+import pickle
+from array import array
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["AckerMail", "Outbox", "SpoutMail"]
+__all__ = ["AckerMail", "DataBatch", "DataPayload", "Outbox", "SpoutMail"]
 
-DataItem = tuple[str, list[Any], "dict[int, int] | None"]
-"""One tuple on the wire: stream, values, {root: edge id} (``None`` when not tracked)."""
+DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
+"""``(source task, values, trees, streams, ends, joined)``, one entry per tuple in ``values``
+(``len(payload[1])`` is the number of tuples):
+
+- the tuples before ``ends[0]`` are on ``streams[0]``, those from there to ``ends[1]`` on
+  ``streams[1]``, and so on;
+- ``values[i]`` is tuple ``i``'s values, or its only value when its stream has one field
+  (most streams: it saves a list per tuple on both sides of the wire);
+- ``trees[2i], trees[2i+1]``, 64-bit unsigned, are its root and its ``Tuple._val``; root 0
+  with value 0 is a tuple in no tree, root 0 with value ``k`` one in several trees, whose
+  ``{root: edge}`` is ``joined[k - 1]``. (An array pickles at the cost of a copy; the same
+  numbers in a list cost ten times more.)"""
+
+
+class DataBatch:
+    """The tuples waiting for one destination task, in the order they were emitted."""
+
+    __slots__ = ("values", "trees", "streams", "ends", "joined", "stream")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.values: list[Any] = []
+        self.trees: list[int] = []
+        self.streams: list[str] = []
+        self.ends: list[int] = []
+        self.joined: list[dict[int, int]] = []
+        self.stream: str | None = None
+        """The stream of the last tuple added; the emit paths compare it by identity with the
+        route's own stream name, and call ``switch`` when it differs."""
+
+    def switch(self, stream: str) -> None:
+        """The tuples added from now on are on ``stream``."""
+        if self.values:
+            self.ends.append(len(self.values))
+        self.streams.append(stream)
+        self.stream = stream
+
+    def add_tree(self, tree: int | dict[int, int], val: int) -> None:
+        """Add the tree of the tuple being added (the emit paths inline the one-root case)."""
+        if tree.__class__ is int:
+            self.trees += (tree, val)
+        else:
+            self.joined.append(tree)  # type: ignore[arg-type]
+            self.trees += (0, len(self.joined))
+
+    def take(self, task_id: int) -> DataPayload:
+        """The payload of everything added so far, leaving the batch empty."""
+        self.ends.append(len(self.values))
+        payload = (task_id, self.values, array("Q", self.trees), self.streams, self.ends, self.joined)
+        self._reset()
+        return payload
 
 
 class AckerMail:
-    """Pending messages for one acker task."""
+    """Pending messages for one acker task: ``inits`` is flat (root, checksum, root, ...)."""
 
     __slots__ = ("inits", "acks", "fails", "resets")
 
     def __init__(self) -> None:
-        self.inits: list[tuple[int, int, int]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.inits: list[int] = []
         self.acks: dict[int, int] = {}
         self.fails: list[int] = []
         self.resets: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.inits) + len(self.acks) + len(self.fails) + len(self.resets)
+        return len(self.inits) // 2 + len(self.acks) + len(self.fails) + len(self.resets)
 
-    def payload(self) -> tuple[str, Any]:
-        return ("acker", (self.inits, self.acks, self.fails, self.resets))
+    def take(self, task_id: int) -> tuple[int, list[int], dict[int, int], list[int], list[int]]:
+        """``(sender task, inits, acks, fails, resets)``; the sender of inits owns their trees."""
+        payload = (task_id, self.inits, self.acks, self.fails, self.resets)
+        self._reset()
+        return payload
 
 
 class SpoutMail:
@@ -46,6 +109,9 @@ class SpoutMail:
     __slots__ = ("acked", "failed", "resets")
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.acked: list[int] = []
         self.failed: list[int] = []
         self.resets: list[int] = []
@@ -53,49 +119,105 @@ class SpoutMail:
     def __len__(self) -> int:
         return len(self.acked) + len(self.failed) + len(self.resets)
 
-    def payload(self) -> tuple[str, Any]:
-        return ("spout", (self.acked, self.failed, self.resets))
+    def take(self, task_id: int) -> tuple[list[int], list[int], list[int]]:
+        payload = (self.acked, self.failed, self.resets)
+        self._reset()
+        return payload
+
+
+Unsendable = Callable[[BaseException, list[Any]], None]
+"""Told about each tuple dropped because its values would not pickle: the error, the values."""
 
 
 class Outbox:
+    """``batches``, ``ackers`` and ``spouts`` hand out one long-lived mail object per
+    destination, so that the emit and ack paths can hold on to them: sending empties a mail
+    object, it never replaces it."""
+
     def __init__(
         self,
         task_id: int,
         batch_size: int,
-        send_data: Callable[[int, tuple[int, list[DataItem]]], None],
-        send_control: Callable[[int, tuple[str, Any]], None],
+        send_data: Callable[[int, Any], None],
+        send_control: Callable[[int, Any], None],
+        acker_tasks: list[int],
+        unsendable: Unsendable | None = None,
     ) -> None:
         self.task_id = task_id
         self.batch_size = batch_size
         self._send_data = send_data
         self._send_control = send_control
-        self._data: dict[int, list[DataItem]] = {}
-        self._ackers: dict[int, AckerMail] = {}
+        self._unsendable = unsendable
+        self._batches: dict[int, DataBatch] = {}
+        self._ackers = {task: AckerMail() for task in acker_tasks}
+        self.acker_mails = [self._ackers[task] for task in acker_tasks]
+        """Mail per acker, indexed like ``acker_tasks``: a tree's acker is ``root % len``."""
         self._spouts: dict[int, SpoutMail] = {}
+        self.transferred = 0
+        """Tuples sent (a tuple sent to two tasks counts twice)."""
 
     # -- data ---------------------------------------------------------------------------------
-    def tuple(self, dest: int, stream: str, values: list[Any], edges: dict[int, int] | None) -> None:
-        buf = self._data.get(dest)
-        if buf is None:
-            buf = self._data[dest] = []
-        buf.append((stream, values, edges))
-        if len(buf) >= self.batch_size:
-            self._data[dest] = []
-            self._send_data(dest, (self.task_id, buf))
+    def batch(self, dest: int) -> DataBatch:
+        batch = self._batches.get(dest)
+        if batch is None:
+            batch = self._batches[dest] = DataBatch()
+        return batch
+
+    def send_batch(self, dest: int) -> None:
+        """Send what waits for ``dest`` (the emit paths call this when a batch is full)."""
+        payload = self._batches[dest].take(self.task_id)
+        count = len(payload[1])
+        try:
+            self._send_data(dest, payload)
+        except Exception as exc:
+            payload = self._without_unpicklable(payload, exc)
+            count = len(payload[1])
+            if not count:
+                return
+            self._send_data(dest, payload)
+        self.transferred += count
+
+    def _without_unpicklable(self, payload: DataPayload, exc: Exception) -> DataPayload:
+        """``payload`` less the tuples whose values do not pickle, whose trees fail; re-raises
+        ``exc`` if every tuple pickles alone (the failure was not the values')."""
+        task_id, values, trees, streams, ends, joined = payload
+        keep = DataBatch()
+        segment = 0
+        for i, vals in enumerate(values):
+            while i >= ends[segment]:
+                segment += 1
+            root, val = trees[2 * i], trees[2 * i + 1]
+            tree, tree_val = (root, val) if root or not val else (joined[val - 1], 0)
+            try:
+                pickle.dumps(vals, protocol=5)
+            except Exception as error:
+                self.fail_tree(tree)
+                if self._unsendable is not None:
+                    self._unsendable(error, vals)
+                continue
+            if keep.stream != streams[segment]:
+                keep.switch(streams[segment])
+            keep.values.append(vals)
+            keep.add_tree(tree, tree_val)
+        if len(keep.values) == len(values):
+            raise exc
+        return keep.take(task_id)
 
     # -- acker traffic ------------------------------------------------------------------------
-    def acker(self, acker_task: int) -> AckerMail:
-        mail = self._ackers.get(acker_task)
-        if mail is None:
-            mail = self._ackers[acker_task] = AckerMail()
-        return mail
+    def acker(self, root: int) -> AckerMail:
+        """The mail of the acker that tracks ``root``'s tree."""
+        mails = self.acker_mails
+        return mails[root % len(mails)]
 
-    def ack(self, acker_task: int, root: int, val: int) -> None:
-        mail = self._ackers.get(acker_task)
-        if mail is None:
-            mail = self._ackers[acker_task] = AckerMail()
-        acks = mail.acks
+    def ack(self, root: int, val: int) -> None:
+        acks = self.acker(root).acks
         acks[root] = acks.get(root, 0) ^ val
+
+    def fail_tree(self, tree: int | dict[int, int] | None) -> None:
+        """Fail every tree of a tuple (given its ``Tuple._tree``)."""
+        if tree:
+            for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
+                self.acker(root).fails.append(root)
 
     def spout(self, spout_task: int) -> SpoutMail:
         mail = self._spouts.get(spout_task)
@@ -106,19 +228,15 @@ class Outbox:
     # -- sending ------------------------------------------------------------------------------
     def flush_control(self) -> None:
         for boxes in (self._ackers, self._spouts):
-            if boxes:
-                for dest, mail in boxes.items():
-                    if len(mail):
-                        self._send_control(dest, mail.payload())
-                boxes.clear()
+            for dest, mail in boxes.items():
+                if len(mail):
+                    self._send_control(dest, mail.take(self.task_id))
 
     def flush_data(self) -> None:
         """Send every partial data batch."""
-        if self._data:
-            for dest, buf in self._data.items():
-                if buf:
-                    self._send_data(dest, (self.task_id, buf))
-            self._data.clear()
+        for dest, batch in self._batches.items():
+            if batch.values:
+                self.send_batch(dest)
 
     def control_size(self) -> int:
         """How many acker messages wait to be sent."""
@@ -131,4 +249,4 @@ class Outbox:
         self.flush_data()
 
     def is_empty(self) -> bool:
-        return not (self._data or self._ackers or self._spouts)
+        return not any(b.values for b in self._batches.values()) and not self.control_size()

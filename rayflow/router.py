@@ -11,29 +11,67 @@ from .errors import EmitError
 from .groupings import DirectGrouping, Grouping, StreamId
 from .topology import Topology
 
-__all__ = ["Router"]
+__all__ = ["KNOWN_KEYS", "Route", "Router"]
+
+KNOWN_KEYS = 65_536
+"""String keys whose targets a route remembers (it forgets them all past this)."""
 
 
 def _no_targets(task_id: int, values: list[Any]) -> list[int]:
     return []
 
 
-class _Route:
-    __slots__ = ("stream", "arity", "direct", "groupings", "direct_targets", "choose")
+class Route:
+    """One declared stream of the emitting component: its shape, and how to pick the tasks a
+    tuple on it goes to. The emit paths look a route up once per emit and use its fields
+    directly; ``stream`` is the route's own copy of the name (compared by identity)."""
+
+    __slots__ = (
+        "stream",
+        "arity",
+        "direct",
+        "groupings",
+        "direct_targets",
+        "choose",
+        "tasks",
+        "subscribed",
+        "key",
+        "known",
+    )
 
     def __init__(self, stream: str, arity: int, direct: bool) -> None:
         self.stream = stream
+        self.tasks: set[int] = set()
+        """Every task a tuple on this stream may go to."""
+        self.subscribed = False
+        """Whether any regular (not direct) grouping reads this stream."""
         self.arity = arity
         self.direct = direct
         self.groupings: list[Grouping] = []
         self.direct_targets: set[int] = set()
         self.choose: Callable[[int, list[Any]], list[int]] = _no_targets
+        self.key = -1
+        """When one field's value alone decides the targets (one fields grouping on one field):
+        its position. The emit paths then look a string value up in ``known`` before calling
+        ``choose``, and ``remember`` what it chose."""
+        self.known: dict[str, list[int]] = {}
+
+    def remember(self, value: str, targets: list[int]) -> list[int]:
+        """Keep where a key went (keys repeat: words, user ids), up to ``KNOWN_KEYS`` of them."""
+        known = self.known
+        if len(known) >= KNOWN_KEYS:
+            known.clear()
+        known[value] = targets
+        return targets
 
     def seal(self) -> None:
         """Pick the cheapest way to choose targets for this stream's subscribers."""
         groupings = self.groupings
+        self.subscribed = bool(groupings)
         if len(groupings) == 1:
             self.choose = groupings[0].choose_tasks
+            key = groupings[0].keyed_by()
+            self.key = -1 if key is None else key
         elif groupings:
 
             def choose(task_id: int, values: list[Any]) -> list[int]:
@@ -50,25 +88,30 @@ class Router:
         self.component_id = context.this_component_id
         self.task_id = context.this_task_id
         spec = topology.components[self.component_id]
-        self._routes: dict[str, _Route] = {
-            stream: _Route(stream, len(decl.fields), decl.direct) for stream, decl in spec.streams.items()
+        self.routes: dict[str, Route] = {
+            stream: Route(stream, len(decl.fields), decl.direct) for stream, decl in spec.streams.items()
         }
         for stream, subscribers in topology.subscribers(self.component_id).items():
-            route = self._routes[stream]
+            route = self.routes[stream]
             for bolt_id, grouping in subscribers:
                 targets = context.get_component_tasks(bolt_id)
+                route.tasks.update(targets)
                 if isinstance(grouping, DirectGrouping):
                     route.direct_targets.update(targets)
                 else:
                     grouping.prepare(context, StreamId(self.component_id, stream), targets)
                     route.groupings.append(grouping)
-        for route in self._routes.values():
+        for route in self.routes.values():
             route.seal()
 
-    def _route(self, stream: str, values: list[Any]) -> _Route:
-        route = self._routes.get(stream)
+    def groupings(self) -> list[Grouping]:
+        """Every grouping this task routes through."""
+        return [g for route in self.routes.values() for g in route.groupings]
+
+    def check(self, stream: str, values: list[Any]) -> Route:
+        route = self.routes.get(stream)
         if route is None:
-            declared = ", ".join(sorted(self._routes)) or "none"
+            declared = ", ".join(sorted(self.routes)) or "none"
             raise EmitError(f"{self.component_id!r} emitted on undeclared stream {stream!r} (declared: {declared})")
         if len(values) != route.arity:
             raise EmitError(
@@ -80,15 +123,15 @@ class Router:
     def targets(self, stream: str, values: list[Any]) -> list[int]:
         """The tasks a regular emit on ``stream`` goes to. The list may be shared: do not
         modify it."""
-        route = self._routes.get(stream)
+        route = self.routes.get(stream)
         if route is not None and len(values) == route.arity and not route.direct:
             return route.choose(self.task_id, values)
-        self._route(stream, values)  # raises for an undeclared stream or the wrong arity
+        self.check(stream, values)  # raises for an undeclared stream or the wrong arity
         raise EmitError(f"{self.component_id!r} stream {stream!r} is direct: use emit_direct(task_id, ...)")
 
     def direct_target(self, task_id: int, stream: str, values: list[Any]) -> list[int]:
         """``[task_id]`` if an ``emit_direct`` to it on ``stream`` is allowed."""
-        route = self._route(stream, values)
+        route = self.check(stream, values)
         if not route.direct:
             raise EmitError(
                 f"{self.component_id!r} called emit_direct on stream {stream!r}, which is not "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_STREAM", "SYSTEM_COMPONENT", "TICK_STREAM", "Tuple"]
+__all__ = ["DEFAULT_STREAM", "SYSTEM_COMPONENT", "TICK_STREAM", "Tuple", "TupleSource"]
 
 DEFAULT_STREAM = "default"
 """The stream ``declare``, ``emit`` and the groupings use when none is named."""
@@ -13,68 +13,77 @@ SYSTEM_COMPONENT = "__system"
 TICK_STREAM = "__tick"
 
 
+class TupleSource:
+    """What every tuple of one stream from one task shares: built once per (task, stream) by
+    the receiving bolt, so that a tuple itself carries only its values and its tree."""
+
+    __slots__ = ("component", "stream", "task", "fields", "index")
+
+    def __init__(self, component: str, stream: str, task: int, fields: Sequence[str]) -> None:
+        self.component = component
+        self.stream = stream
+        self.task = task
+        self.fields = list(fields)
+        self.index = {name: i for i, name in enumerate(fields)}
+
+
 class Tuple:
     """A tuple delivered to a bolt.
 
-    Besides the values, a tuple carries what the acker needs: for every spout tuple whose tree it
-    belongs to (its *root*), the edge id it was emitted under. ``ack_val`` accumulates the edge
-    ids of the tuples emitted anchored to it, so that its ack is a single message per root.
+    Besides the values, a tuple carries what the acker needs, in two slots kept small because
+    a bolt makes one tuple per input:
+
+    - ``_tree``: ``0`` when it belongs to no tree (untracked); the root id when it belongs to
+      one tree; ``{root: edge id}`` when it belongs to several; ``None`` once acked or failed.
+    - ``_val``: what its ack tells the acker. With one root, its edge id XOR the edge ids of the
+      tuples emitted anchored to it, so the ack is ``(root, _val)``; with several roots, only
+      the anchored edge ids, and the ack is ``(root, edge ^ _val)`` per root.
     """
 
-    __slots__ = (
-        "values",
-        "fields",
-        "source_component",
-        "source_stream",
-        "source_task",
-        "edges",
-        "ack_val",
-        "started",
-        "done",
-        "_index",
-    )
+    __slots__ = ("values", "_source", "_tree", "_val")
 
-    def __init__(
-        self,
-        values: list[Any],
-        fields: list[str],
-        index: Mapping[str, int],
-        source_component: str,
-        source_stream: str,
-        source_task: int,
-        edges: dict[int, int] | None,
-    ) -> None:
+    def __init__(self, values: list[Any], source: TupleSource, tree: int | dict[int, int] = 0, val: int = 0) -> None:
         self.values = values
-        self.fields = fields
-        self._index = index
-        self.source_component = source_component
-        self.source_stream = source_stream
-        self.source_task = source_task
-        self.edges = edges
-        self.ack_val = 0
-        self.started = 0.0
-        self.done = False
+        self._source = source
+        self._tree: int | dict[int, int] | None = tree
+        self._val = val
+
+    @property
+    def fields(self) -> list[str]:
+        return self._source.fields
+
+    @property
+    def source_component(self) -> str:
+        return self._source.component
+
+    @property
+    def source_stream(self) -> str:
+        return self._source.stream
+
+    @property
+    def source_task(self) -> int:
+        return self._source.task
 
     def __getitem__(self, key: int | str) -> Any:
-        if isinstance(key, str):
+        if key.__class__ is str:
             try:
-                return self.values[self._index[key]]
+                return self.values[self._source.index[key]]
             except KeyError:
                 raise KeyError(
                     f"tuple from {self.source_component!r} stream {self.source_stream!r} "
                     f"has no field {key!r}; its fields are {self.fields}"
                 ) from None
-        return self.values[key]
+        return self.values[key]  # type: ignore[index]
 
     def get(self, field: str, default: Any = None) -> Any:
-        i = self._index.get(field)
+        i = self._source.index.get(field)
         return default if i is None else self.values[i]
 
     def __len__(self) -> int:
         return len(self.values)
 
     def is_tick(self) -> bool:
-        return self.source_stream == TICK_STREAM and self.source_component == SYSTEM_COMPONENT
+        return self._source.stream == TICK_STREAM and self._source.component == SYSTEM_COMPONENT
 
     def __repr__(self) -> str:
         return (

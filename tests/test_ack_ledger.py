@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayflow.ack_ledger import AckLedger, Outcome
-from rayflow.anchoring import anchored_edges, new_id
+from rayflow.anchoring import anchor, new_id, tree_acks
 from rayflow.outbox import Outbox
-from rayflow.tuple import Tuple
+from rayflow.tuple import Tuple, TupleSource
 
 from .strategies import Emit, Fail, TupleDag, failing_dags, multi_rooted_dags, tuple_dags
 
@@ -46,9 +46,9 @@ def spout_task_of(root_index: int) -> int:
 
 
 def play(dag: TupleDag) -> tuple[list[int], list[Message]]:
-    """Run the plan as the spout and bolt executors do, with the real edge ids: every copy of
-    a tuple gets an edge id per root, each anchor's ``ack_val`` takes the edge ids emitted
-    anchored to it, and an ack sends ``edge ^ ack_val`` per root. Returns the root ids and
+    """Run the plan as the spout and bolt executors do, with the real edge-id code: every copy
+    of a tuple gets an edge id per root (``anchoring.anchor``, which XORs it into each anchor's
+    ack value), and an ack sends what ``anchoring.tree_acks`` says. Returns the root ids and
     every message the acker receives, in the order they were sent."""
     roots = [new_id() for _ in dag.spout_fanouts]
     tuples: list[Tuple] = []
@@ -58,26 +58,25 @@ def play(dag: TupleDag) -> tuple[list[int], list[Message]]:
         for _ in range(fanout):
             edge = new_id()
             val ^= edge
-            tuples.append(_tuple({root: edge}))
+            tuples.append(_tuple(root, edge))
         messages.append(Message("init", root, val, spout_task_of(r)))
     for step in dag.steps:
         if isinstance(step, Emit):
             anchors = [tuples[a] for a in step.anchors]
             for _ in range(step.fanout):
-                edges, per_anchor = anchored_edges([a.edges for a in anchors])
-                for anchor, edge in zip(anchors, per_anchor, strict=True):
-                    anchor.ack_val ^= edge
-                tuples.append(_tuple(edges))
+                tuples.append(_tuple(*anchor(anchors)))
         elif isinstance(step, Fail):
-            messages += [Message("fail", root) for root in tuples[step.tup].edges]
+            messages += [Message("fail", root) for root, _ in tree_acks(tuples[step.tup])]
         else:
-            tup = tuples[step.tup]
-            messages += [Message("ack", root, edge ^ tup.ack_val) for root, edge in tup.edges.items()]
+            messages += [Message("ack", root, val) for root, val in tree_acks(tuples[step.tup])]
     return roots, messages
 
 
-def _tuple(edges: dict[int, int]) -> Tuple:
-    return Tuple([], [], {}, "bolt", "default", 1, edges)
+_SOURCE = TupleSource("bolt", "default", 1, [])
+
+
+def _tuple(tree: int | dict[int, int], val: int) -> Tuple:
+    return Tuple([], _SOURCE, tree, val)
 
 
 def expected_outcomes(dag: TupleDag, roots: list[int], order: list[Message]) -> dict[int, Outcome]:
@@ -290,26 +289,35 @@ class TestRandomDags:
                 position += 1
 
         sent: list[tuple[int, Any]] = []
-        outbox = Outbox(1, 1000, send_data=lambda dest, p: None, send_control=lambda dest, p: sent.append((dest, p)))
+
+        def outbox(task: int) -> Outbox:
+            return Outbox(task, 1000, lambda dest, p: None, lambda dest, p: sent.append((dest, p)), [ACKER_TASK])
+
+        # Inits come from the spout tasks' outboxes, acks and fails from one bolt's.
+        spouts = {spout_task_of(r): outbox(spout_task_of(r)) for r in range(len(roots))}
+        bolt = outbox(1)
         ledger = AckLedger()
         reported = {}
         for b, batch in enumerate(batches):
             for m in batch:
-                mail = outbox.acker(ACKER_TASK)
                 if m.kind == "init":
-                    mail.inits.append((m.root, m.val, m.spout_task))
+                    spouts[m.spout_task].acker(m.root).inits.extend((m.root, m.val))
                 elif m.kind == "ack":
-                    outbox.ack(ACKER_TASK, m.root, m.val)
+                    bolt.ack(m.root, m.val)
                 else:
-                    mail.fails.append(m.root)
-            outbox.flush_control()
-            ((dest, (kind, (inits, acks, fails, _resets))),) = sent
+                    bolt.fail_tree(m.root)
+            for box in [*spouts.values(), bolt]:
+                box.flush_control()
+            outcomes = []
+            for dest, (sender, inits, acks, fails, _resets) in sent:
+                assert dest == ACKER_TASK
+                pairs = iter(inits)
+                outcomes += [ledger.init(root, val, sender) for root, val in zip(pairs, pairs, strict=False)]
+                if sender == 1:
+                    assert len(acks) == len({m.root for m in batch if m.kind == "ack"})
+                outcomes += [ledger.ack(root, val) for root, val in acks.items()]
+                outcomes += [ledger.fail(root) for root in fails]
             sent.clear()
-            assert (dest, kind) == (ACKER_TASK, "acker")
-            assert len(acks) == len({m.root for m in batch if m.kind == "ack"})
-            outcomes = [ledger.init(*i) for i in inits]
-            outcomes += [ledger.ack(root, val) for root, val in acks.items()]
-            outcomes += [ledger.fail(root) for root in fails]
             for outcome in filter(None, outcomes):
                 assert outcome not in reported, "a tree was reported twice"
                 reported[outcome] = b

@@ -28,11 +28,12 @@ class AckerExecutor(Executor):
             mail.failed.append(outcome.root)
             self.metrics.failed += 1
 
-    def receive_control(self, payload: tuple[str, Any]) -> None:
-        _, (inits, acks, fails, resets) = payload
+    def receive_control(self, payload: tuple[int, list[int], dict[int, int], list[int], list[int]]) -> None:
+        sender, inits, acks, fails, resets = payload
         ledger, report = self.ledger, self._report
-        for root, val, spout_task in inits:
-            report(ledger.init(root, val, spout_task))
+        pairs = iter(inits)
+        for root, val in zip(pairs, pairs, strict=False):
+            report(ledger.init(root, val, sender))
         for root, val in acks.items():
             report(ledger.ack(root, val))
         for root in fails:
@@ -41,7 +42,7 @@ class AckerExecutor(Executor):
             spout_task = ledger.reset_timeout(root)
             if spout_task is not None:
                 self.outbox.spout(spout_task).resets.append(root)
-        self.metrics.executed += len(inits) + len(acks) + len(fails) + len(resets)
+        self.metrics.executed += len(inits) // 2 + len(acks) + len(fails) + len(resets)
 
     def rotate(self) -> None:
         self.ledger.rotate()

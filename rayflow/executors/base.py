@@ -27,11 +27,16 @@ from typing import Any, Protocol
 
 from ..config import Config
 from ..context import TopologyContext
+from ..groupings import ShuffleGrouping
 from ..metrics import TaskMetrics
 from ..outbox import Outbox
+from ..router import Route, Router
 from ..topology import ACKER_COMPONENT, Topology
 
-__all__ = ["Executor", "Link", "Observer", "Timer"]
+__all__ = ["Emitter", "Executor", "Link", "LoadView", "Observer", "Timer"]
+
+LOAD_REFRESH_SECS = 0.1
+"""How often a task re-weighs its shuffle groupings from its link's backlog view."""
 
 logger = logging.getLogger("rayflow")
 
@@ -47,6 +52,15 @@ class Link(Protocol):
     def send_data(self, dest: int, payload: Any) -> None: ...
 
     def send_control(self, dest: int, payload: Any) -> None: ...
+
+
+class LoadView(Protocol):
+    """Optionally, a link also says how far behind each destination is; shuffle groupings then
+    prefer the tasks that keep up (see ``ShuffleGrouping.update_load``)."""
+
+    def backlog(self, dest: int) -> int:
+        """Tuples sent to ``dest`` (data payloads: ``len(payload[1])`` each) not yet processed."""
+        ...
 
 
 class Observer(Protocol):
@@ -71,11 +85,14 @@ class Executor:
         self.component_id = context.this_component_id
         spec = topology.components.get(self.component_id)
         self.conf = conf.merged(spec.config if spec else None)
-        self.outbox = Outbox(self.task_id, self.conf.batch_size, link.send_data, link.send_control)
-        self.metrics = TaskMetrics(self.component_id, self.kind)
         self.acker_tasks = context.get_component_tasks(ACKER_COMPONENT)
+        self.outbox = Outbox(
+            self.task_id, self.conf.batch_size, link.send_data, link.send_control, self.acker_tasks, self._unsendable
+        )
+        self.metrics = TaskMetrics(self.component_id, self.kind)
         self.debug = self.conf.debug
         self.observer: Observer | None = None
+        self._link = link
 
     # -- lifecycle (no-ops unless a kind needs them) --------------------------------------------
     def start(self) -> None:
@@ -110,10 +127,8 @@ class Executor:
         return True
 
     # -- shared helpers -------------------------------------------------------------------------
-    def acker_for(self, root: int) -> int:
-        """Trees are sharded over the ackers by root id."""
-        ackers = self.acker_tasks
-        return ackers[root % len(ackers)]
+    def _unsendable(self, exc: BaseException, values: list[Any]) -> None:
+        self.report_error(exc, f"emitted values that cannot be pickled (the tuple's trees fail): {values!r:.200}")
 
     def report_error(self, exc: BaseException, where: str) -> None:
         """Count and log a user error; the task carries on."""
@@ -130,4 +145,44 @@ class Executor:
         )
 
     def snapshot(self) -> dict[str, Any]:
+        self.metrics.transferred = self.outbox.transferred
         return self.metrics.snapshot()
+
+
+class Emitter(Executor):
+    """An executor whose component emits (spouts and bolts): its router, and what every emit
+    does before the tuple's tree is decided."""
+
+    def __init__(self, topology: Topology, conf: Config, context: TopologyContext, link: Link) -> None:
+        super().__init__(topology, conf, context, link)
+        self.router = Router(topology, context)
+        self.routes = self.router.routes
+        self._batches = {task: self.outbox.batch(task) for r in self.routes.values() for task in r.tasks}
+        self._shuffles = [g for g in self.router.groupings() if isinstance(g, ShuffleGrouping) and len(g.targets) > 1]
+
+    def timers(self) -> list[Timer]:
+        if self._shuffles and hasattr(self._link, "backlog"):
+            return [(LOAD_REFRESH_SECS, self._update_load)]
+        return []
+
+    def _update_load(self) -> None:
+        backlog = self._link.backlog  # type: ignore[attr-defined]
+        for grouping in self._shuffles:
+            grouping.update_load(backlog)
+
+    def _checked_targets(self, stream: str, values: list[Any], direct_task: int | None) -> tuple[Route, list[int]]:
+        """The route and targets of an emit off the fast path: direct, or about to raise."""
+        if direct_task is None:
+            targets = self.router.targets(stream, values)
+        else:
+            targets = self.router.direct_target(direct_task, stream, values)
+        return self.routes[stream], targets
+
+    def _emitted(self, stream: str, values: list[Any], targets: list[int], msg_id: Any = None) -> None:
+        """What an emit owes the observer and the debug log (neither is on the hot path)."""
+        if self.observer is not None:
+            self.observer.emitted(self.component_id, stream, values)
+        if self.debug:
+            logger.info(
+                "%s:%d emit %s %r msg_id=%r -> %s", self.component_id, self.task_id, stream, values, msg_id, targets
+            )

@@ -1,11 +1,15 @@
-"""``BasicBoltAdapter``: runs a ``BasicBolt`` as a ``Bolt``, as Storm's ``BasicBoltExecutor`` does,
-so the bolt executor has one path for both."""
+"""``BasicBoltAdapter``: a ``BasicBolt`` seen as a ``Bolt``, as Storm's ``BasicBoltExecutor`` does.
+
+The bolt executor runs a ``BasicBolt``'s ``execute`` inline in its batch loop (every emit
+anchored to the input, the input acked when ``execute`` returns, failed when it raises); this
+adapter is what the rest of the executor, and whoever drives it, sees as the task's bolt: it
+prepares and cleans up the ``BasicBolt`` and holds its collector."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..collectors import BasicOutputCollector, OutputCollector
+from ..collectors import BasicOutputCollector, BoltTask, OutputCollector
 from ..components import BasicBolt, Bolt, OutputFieldsDeclarer
 from ..context import TopologyContext
 from ..errors import FailedException
@@ -15,29 +19,27 @@ __all__ = ["BasicBoltAdapter"]
 
 
 class BasicBoltAdapter(Bolt):
-    """Every emit is anchored to the input; the input is acked when ``execute`` returns and
-    failed when it raises ``FailedException``. Any other exception propagates to the executor,
-    which reports it and fails the input, as for every bolt."""
-
-    def __init__(self, basic: BasicBolt) -> None:
+    def __init__(self, basic: BasicBolt, task: BoltTask) -> None:
         self.basic = basic
+        self.basic_collector = BasicOutputCollector(task)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.basic.declare_output_fields(declarer)
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         self._collector = collector
-        self._basic_collector = BasicOutputCollector(collector)
         self.basic.prepare(conf, context)
 
     def execute(self, tup: Tuple) -> None:
-        basic_collector = self._basic_collector
-        basic_collector.input = tup
+        """One input, as the executor's loop runs it (for a caller that holds only a ``Bolt``)."""
+        self.basic_collector.input = tup
         try:
-            self.basic.execute(tup, basic_collector)
+            self.basic.execute(tup, self.basic_collector)
         except FailedException:
             self._collector.fail(tup)
             return
+        finally:
+            self.basic_collector.input = None
         self._collector.ack(tup)
 
     def cleanup(self) -> None:

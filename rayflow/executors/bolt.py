@@ -4,45 +4,52 @@ acks and fails into acker traffic. User exceptions fail the input; the task keep
 from __future__ import annotations
 
 import time
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
-from ..anchoring import _getrandbits, anchored_edges, new_id
+from ..anchoring import anchor, getrandbits, new_id, tree_acks
 from ..collectors import OutputCollector
 from ..components import BasicBolt, Bolt
 from ..errors import FailedException
-from ..router import Router
-from ..tuple import SYSTEM_COMPONENT, TICK_STREAM, Tuple
-from .base import Executor, Timer, logger
+from ..outbox import DataPayload
+from ..tuple import SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
+from .base import Emitter, Timer
 from .basic_bolt import BasicBoltAdapter
 
 __all__ = ["BoltExecutor"]
 
-SAMPLE_EVERY = 16
-"""One tuple in this many is timed for the latency percentiles (timing costs ~0.4 us a tuple)."""
 _TICK_SOURCE = -1
-_TICK_SHAPES = {TICK_STREAM: (["rate_secs"], {"rate_secs": 0})}
+MAX_TIMED = 1024
+"""Sampled tuples a plain bolt may hold un-acked while their process latency is being timed."""
 
 
-class BoltExecutor(Executor):
+class BoltExecutor(Emitter):
     kind = "bolt"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         component = self.topology.components[self.component_id].component
-        self.bolt: Bolt = BasicBoltAdapter(component) if isinstance(component, BasicBolt) else component  # type: ignore[assignment]
-        self.router = Router(self.topology, self.context)
         self.collector = OutputCollector(self)
-        # source task -> (component id, {stream: (fields, field index)}), to rebuild tuples.
-        self._sources: dict[int, tuple[str, dict[str, tuple[list[str], dict[str, int]]]]] = {}
-        stream_fields = self.topology.stream_fields()
-        for component_id, streams in stream_fields.items():
-            shapes = {s: (list(f), {name: i for i, name in enumerate(f)}) for s, f in streams.items()}
+        self.bolt: Bolt
+        if isinstance(component, BasicBolt):
+            # Run inline by ``receive`` (the adapter is what a driver sees as ``bolt``).
+            self.bolt = BasicBoltAdapter(component, self)
+            self._basic: BasicBolt | None = component
+        else:
+            self.bolt = component  # type: ignore[assignment]
+            self._basic = None
+        # source task -> {stream: TupleSource}, to rebuild tuples.
+        self._sources: dict[int, dict[str, TupleSource]] = {
+            _TICK_SOURCE: {TICK_STREAM: TupleSource(SYSTEM_COMPONENT, TICK_STREAM, _TICK_SOURCE, ["rate_secs"])}
+        }
+        for component_id, streams in self.topology.stream_fields().items():
             for task in self.context.get_component_tasks(component_id):
-                self._sources[task] = (component_id, shapes)
-        self._sources[_TICK_SOURCE] = (SYSTEM_COMPONENT, _TICK_SHAPES)
+                self._sources[task] = {s: TupleSource(component_id, s, task, f) for s, f in streams.items()}
         self._process = self.metrics.latency("process_latency_ms")
         self._execute_latency = self.metrics.latency("execute_latency_ms")
-        self._countdown = 0
+        self._timed: dict[Tuple, float] = {}
+        """Sampled tuples of a plain bolt -> when their execute started (for process latency)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -60,115 +67,177 @@ class BoltExecutor(Executor):
 
     def timers(self) -> list[Timer]:
         freq = self.conf.tick_tuple_freq_secs
-        return [(freq, lambda: self.tick(freq))] if freq else []
+        ticks: list[Timer] = [(freq, lambda: self.tick(freq))] if freq else []
+        return ticks + super().timers()
 
     # -- input --------------------------------------------------------------------------------
-    def receive(self, payload: tuple[int, list[Any]]) -> None:
+    def receive(self, payload: DataPayload) -> None:
         """Execute a batch of tuples from one source task, then send what they produced.
 
         This loop is the hot path of every bolt: it is written flat on purpose (locals, no
-        per-tuple helper calls beyond the user's ``execute``). Latencies are sampled on one
-        tuple in ``SAMPLE_EVERY``; busy time is measured per batch."""
-        source_task, items = payload
-        component, shapes = self._sources[source_task]
-        execute = self.bolt.execute
+        per-tuple helper calls beyond the user's ``execute``; a ``BasicBolt`` is run and acked
+        inline). Latencies are sampled once per batch (the execute latency of a batch's first
+        stream segment, per tuple; a plain bolt's first tuple until it is acked); busy time is
+        measured per batch."""
+        source_task, values_column, trees, streams, ends, joined = payload
+        sources = self._sources[source_task]
+        basic = self._basic
+        execute = basic.execute if basic is not None else self.bolt.execute
+        collector = self.bolt.basic_collector if basic is not None else None  # type: ignore[attr-defined]
+        mails = self.outbox.acker_mails
+        n_ackers = len(mails)
         perf = time.perf_counter
-        record_execute = self._execute_latency.add
-        countdown = self._countdown
-        batch_started = perf()
-        for stream, values, edges in items:
-            fields, index = shapes[stream]
-            tup = Tuple(values, fields, index, component, stream, source_task, edges)
-            sampled = not countdown
-            if sampled:
-                countdown = SAMPLE_EVERY
-                started = tup.started = perf()
-            countdown -= 1
-            try:
-                execute(tup)
-            except FailedException:
-                self.fail(tup)
-            except Exception as exc:
-                self.report_error(exc, f"execute raised on {tup!r}")
-                self.fail(tup)
-            if sampled:
-                record_execute(perf() - started)
-        self._countdown = countdown
-        self.metrics.executed += len(items)
-        self.metrics.busy_secs += perf() - batch_started
+        started = batch_started = perf()
+        failed = 0
+        timed = self._timed if basic is None and len(self._timed) < MAX_TIMED else None
+        tree_values = iter(trees)
+        begin = 0
+        for stream, end in zip(streams, ends, strict=True):
+            source = sources[stream]
+            column = values_column[begin:end]
+            if len(source.fields) == 1:
+                column = [[v] for v in column]
+            for values, root, val in zip(column, tree_values, tree_values, strict=False):
+                tup = Tuple(values, source, root, val) if root or not val else Tuple(values, source, joined[val - 1])
+                if timed is not None:  # a plain bolt's first tuple: its ack may come later
+                    timed[tup] = started
+                    timed = None
+                try:
+                    if collector is None:
+                        execute(tup)  # type: ignore[call-arg]
+                        continue
+                    collector.input = tup
+                    execute(tup, collector)  # type: ignore[call-arg]
+                except FailedException:
+                    self.fail(tup)
+                    failed += 1
+                    continue
+                except Exception as exc:
+                    self.report_error(exc, f"execute raised on {tup!r}")
+                    self.fail(tup)
+                    failed += 1
+                    continue
+                # A BasicBolt returned: ack its input, inline.
+                tree = tup._tree
+                if tree.__class__ is int:
+                    if tree:
+                        acks = mails[tree % n_ackers].acks
+                        acks[tree] = acks.get(tree, 0) ^ tup._val
+                    tup._tree = None
+                else:
+                    self._ack_trees(tup)
+            if started:
+                if begin < end:
+                    done = perf() - started
+                    self._execute_latency.add(done / (end - begin))
+                    if collector is not None:
+                        self._process.add(done / (end - begin))
+                started = 0.0
+            begin = end
+        if collector is not None:
+            collector.input = None
+            self.metrics.acked += begin - failed
+        metrics = self.metrics
+        metrics.executed += begin
+        metrics.busy_secs += perf() - batch_started
         # Data goes on at once; acker traffic is sent by the runtime after a linger, so that
         # one control call carries the acks of many batches (a Ray call costs ~1 ms of CPU).
         self.outbox.flush_data()
 
     def tick(self, freq_secs: float) -> None:
         """Deliver a tick tuple (untracked; acking or failing it is harmless)."""
-        self.receive((_TICK_SOURCE, [(TICK_STREAM, [freq_secs], None)]))
+        self.receive((_TICK_SOURCE, [freq_secs], array("Q", [0, 0]), [TICK_STREAM], [1], []))
 
     # -- output -------------------------------------------------------------------------------
-    def emit(self, stream: str, values: list[Any], anchors: list[Tuple], direct_task: int | None) -> list[int]:
-        if direct_task is None:
-            targets = self.router.targets(stream, values)
+    def emit(
+        self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None
+    ) -> list[int]:
+        """Route, then send to every target anchored to ``anchors``. Flat on purpose: this runs
+        once per emitted tuple; the one-anchor, one-root case (every ``BasicBolt`` emit) takes
+        no helper call at all."""
+        route = self.routes.get(stream)
+        if route is None or direct_task is not None or route.direct or len(values) != route.arity:
+            route, targets = self._checked_targets(stream, values, direct_task)
+        elif route.subscribed:
+            key = route.key
+            if key < 0 or values[key].__class__ is not str:
+                targets = route.choose(self.task_id, values)
+            else:
+                targets = route.known.get(values[key]) or route.remember(
+                    values[key], route.choose(self.task_id, values)
+                )
         else:
-            targets = self.router.direct_target(direct_task, stream, values)
-        metrics = self.metrics
-        metrics.emitted += 1
-        if self.observer is not None:
-            self.observer.emitted(self.component_id, stream, values)
+            targets = []
+        self.metrics.emitted += 1
+        if self.observer is not None or self.debug:
+            self._emitted(stream, values, targets)
         if not targets:
             return []
-        metrics.transferred += len(targets)
-        if self.debug:
-            logger.info("%s:%d emit %s %r -> %s", self.component_id, self.task_id, stream, values, targets)
-        send = self.outbox.tuple
-        if len(anchors) == 1:
-            anchor = anchors[0]
-            roots = anchor.edges
-            if roots:
-                for task in targets:
-                    edge = _getrandbits(64) or new_id()
-                    anchor.ack_val ^= edge
-                    send(task, stream, values, dict.fromkeys(roots, edge))
-                return list(targets)
+        stream = route.stream
+        item = values[0] if route.arity == 1 else values
+        batches = self._batches
+        size = self.outbox.batch_size
+        if anchors.__class__ is Tuple and anchors._tree.__class__ is int:
+            tup: Tuple = anchors
+            root: int = tup._tree  # type: ignore[assignment]
+            for task in targets:
+                batch = batches[task]
+                if batch.stream is not stream:
+                    batch.switch(stream)
+                if root:
+                    edge = getrandbits(64) or new_id()
+                    tup._val ^= edge
+                    batch.trees += (root, edge)
+                else:
+                    batch.trees += (0, 0)
+                batch.values.append(item)
+                if len(batch.values) >= size:
+                    self.outbox.send_batch(task)
+            return targets[:]
+        if anchors is None:
             anchors = []
-        anchors = [a for a in anchors if a.edges]
-        if not anchors:
-            for task in targets:
-                send(task, stream, values, None)
-        else:
-            for task in targets:
-                edges, per_anchor = anchored_edges([a.edges for a in anchors])  # type: ignore[misc]
-                for anchor, edge in zip(anchors, per_anchor, strict=True):
-                    anchor.ack_val ^= edge
-                send(task, stream, values, edges)
-        return list(targets)
+        elif anchors.__class__ is Tuple:
+            anchors = [anchors]
+        for task in targets:
+            batch = batches[task]
+            if batch.stream is not stream:
+                batch.switch(stream)
+            batch.add_tree(*anchor(anchors))  # type: ignore[arg-type]
+            batch.values.append(item)
+            if len(batch.values) >= size:
+                self.outbox.send_batch(task)
+        return targets[:]
+
+    def _ack_trees(self, tup: Tuple) -> None:
+        ack = self.outbox.ack
+        for root, val in tree_acks(tup):
+            ack(root, val)
+        tup._tree = None
 
     def ack(self, tup: Tuple) -> None:
-        if tup.done:
+        if tup._tree is None:  # acked or failed already
             return
-        tup.done = True
-        edges = tup.edges
-        if edges:
-            val = tup.ack_val
-            ack = self.outbox.ack
-            ackers = self.acker_tasks
-            for root, edge in edges.items():
-                ack(ackers[root % len(ackers)], root, edge ^ val)
+        self._ack_trees(tup)
         self.metrics.acked += 1
-        if tup.started:
-            self._process.add(time.perf_counter() - tup.started)
+        if self._timed:
+            self._timed_out(tup)
 
     def fail(self, tup: Tuple) -> None:
-        if tup.done:
+        if tup._tree is None:
             return
-        tup.done = True
-        if tup.edges:
-            for root in tup.edges:
-                self.outbox.acker(self.acker_for(root)).fails.append(root)
+        self.outbox.fail_tree(tup._tree)
+        tup._tree = None
         self.metrics.failed += 1
-        if tup.started:
-            self._process.add(time.perf_counter() - tup.started)
+        if self._timed:
+            self._timed_out(tup)
+
+    def _timed_out(self, tup: Tuple) -> None:
+        started = self._timed.pop(tup, None)
+        if started is not None:
+            self._process.add(time.perf_counter() - started)
 
     def reset_timeout(self, tup: Tuple) -> None:
-        if tup.edges:
-            for root in tup.edges:
-                self.outbox.acker(self.acker_for(root)).resets.append(root)
+        tree = tup._tree
+        if tree:
+            for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
+                self.outbox.acker(root).resets.append(root)

@@ -3,25 +3,29 @@ acker, and turns the acker's results and timeouts into ``ack``/``fail`` calls.""
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
-from ..anchoring import new_id
+from ..anchoring import getrandbits, new_id
 from ..collectors import SpoutOutputCollector
 from ..components import Spout
 from ..rotating_map import RotatingMap
-from ..router import Router
-from .base import Executor, Timer, logger
+from .base import Emitter, Timer
 
 __all__ = ["SpoutExecutor"]
 
 SPOUT_BUCKETS = 2
 
 
-class SpoutExecutor(Executor):
+class SpoutExecutor(Emitter):
     """Lifecycle: ``activate`` (opens the spout the first time), then the runtime calls
     ``run_burst`` in a loop, ``receive_control`` with acker results and ``rotate`` every
-    message timeout. Acks and fails are delivered between ``next_tuple`` calls, never inside."""
+    message timeout. Acks and fails are delivered between ``next_tuple`` calls, never inside.
+
+    A spout whose ``open`` raised is reported and not driven (``next_tuple`` is not called)
+    until ``activate`` opens it successfully. ``fail(msg_id, reason)`` is told ``"timeout"``
+    or ``"failed"`` when the spout's ``fail`` takes a second argument."""
 
     kind = "spout"
     is_source = True
@@ -29,7 +33,6 @@ class SpoutExecutor(Executor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.spout: Spout = self.topology.components[self.component_id].component  # type: ignore[assignment]
-        self.router = Router(self.topology, self.context)
         self.collector = SpoutOutputCollector(self)
         self.tracking = bool(self.acker_tasks)
         # root id -> (msg_id, emit time); the oldest cohort fails on rotation: the tree timed out.
@@ -41,18 +44,24 @@ class SpoutExecutor(Executor):
         self._poll_after_fail = False
         self._acked_at_emit: list[Any] = []
         self._complete = self.metrics.latency("complete_latency_ms")
+        self._fail_with_reason = False
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def _call(self, method: str, *args: Any) -> None:
+    def _call(self, method: str, *args: Any) -> bool:
+        """Call the spout; a user error is reported, and ``False`` returned."""
         try:
             getattr(self.spout, method)(*args)
         except Exception as exc:
             self.report_error(exc, f"{method} raised")
+            return False
+        return True
 
     def activate(self) -> None:
         if not self.opened:
-            self.opened = True
-            self._call("open", self.conf.to_conf(), self.context, self.collector)
+            self._fail_with_reason = _takes_reason(self.spout.fail)
+            self.opened = self._call("open", self.conf.to_conf(), self.context, self.collector)
+            if not self.opened:
+                return
         self.active = True
         self._call("activate")
 
@@ -68,9 +77,10 @@ class SpoutExecutor(Executor):
         self.outbox.flush()
 
     def timers(self) -> list[Timer]:
+        rotation: list[Timer] = []
         if self.tracking and self.conf.enable_message_timeouts:
-            return [(self.conf.message_timeout_secs, self.rotate)]
-        return []
+            rotation.append((self.conf.message_timeout_secs, self.rotate))
+        return rotation + super().timers()
 
     def mark_exhausted(self) -> None:
         self.exhausted = True
@@ -98,38 +108,52 @@ class SpoutExecutor(Executor):
         return self.metrics.emitted - emitted_before
 
     def emit(self, stream: str, values: list[Any], msg_id: Any, direct_task: int | None) -> list[int]:
-        router = self.router
-        if direct_task is None:
-            targets = router.targets(stream, values)
+        """Route, then send to every target; a tracked tuple starts a tree. Flat on purpose:
+        this runs once per spout tuple."""
+        route = self.routes.get(stream)
+        if route is None or direct_task is not None or route.direct or len(values) != route.arity:
+            route, targets = self._checked_targets(stream, values, direct_task)
+        elif route.subscribed:
+            key = route.key
+            if key < 0 or values[key].__class__ is not str:
+                targets = route.choose(self.task_id, values)
+            else:
+                targets = route.known.get(values[key]) or route.remember(
+                    values[key], route.choose(self.task_id, values)
+                )
         else:
-            targets = router.direct_target(direct_task, stream, values)
+            targets = []
         self.exhausted = False
         self.metrics.emitted += 1
-        self.metrics.transferred += len(targets)
-        if self.observer is not None:
-            self.observer.emitted(self.component_id, stream, values)
-        if self.debug:
-            logger.info(
-                "%s:%d emit %s %r msg_id=%r -> %s", self.component_id, self.task_id, stream, values, msg_id, targets
-            )
-        outbox = self.outbox
-        if msg_id is None:
-            for task in targets:
-                outbox.tuple(task, stream, values, None)
-        elif not self.tracking:
-            for task in targets:
-                outbox.tuple(task, stream, values, None)
-            self._acked_at_emit.append(msg_id)
-        else:
-            root = new_id()
-            val = 0
-            for task in targets:
-                edge = new_id()
+        if self.observer is not None or self.debug:
+            self._emitted(stream, values, targets, msg_id)
+        stream = route.stream
+        item = values[0] if route.arity == 1 else values
+        batches = self._batches
+        size = self.outbox.batch_size
+        root = val = 0
+        if msg_id is not None:
+            if self.tracking:
+                root = getrandbits(64) or new_id()
+            else:
+                self._acked_at_emit.append(msg_id)
+        for task in targets:
+            batch = batches[task]
+            if batch.stream is not stream:
+                batch.switch(stream)
+            if root:
+                edge = getrandbits(64) or new_id()
                 val ^= edge
-                outbox.tuple(task, stream, values, {root: edge})
-            outbox.acker(self.acker_for(root)).inits.append((root, val, self.task_id))
-            self.pending.put(root, (msg_id, time.perf_counter()))
-        return list(targets)
+                batch.trees += (root, edge)
+            else:
+                batch.trees += (0, 0)
+            batch.values.append(item)
+            if len(batch.values) >= size:
+                self.outbox.send_batch(task)
+        if root:
+            self.outbox.acker(root).inits += (root, val)
+            self.pending.add(root, (msg_id, time.perf_counter()))
+        return targets[:]
 
     def _deliver_acked_at_emit(self) -> None:
         """With ``ackers=0`` a tracked emit is acked as soon as ``next_tuple`` returns."""
@@ -138,8 +162,8 @@ class SpoutExecutor(Executor):
             self._ack(msg_id)
 
     # -- results ------------------------------------------------------------------------------
-    def receive_control(self, payload: tuple[str, Any]) -> None:
-        _, (acked, failed, resets) = payload
+    def receive_control(self, payload: tuple[list[int], list[int], list[int]]) -> None:
+        acked, failed, resets = payload
         pending = self.pending
         now = time.perf_counter()
         for root in acked:
@@ -150,7 +174,7 @@ class SpoutExecutor(Executor):
         for root in failed:
             entry = pending.pop(root)
             if entry is not None:
-                self._fail(entry[0])
+                self._fail(entry[0], "failed")
         for root in resets:
             entry = pending.get(root)
             if entry is not None:
@@ -162,15 +186,18 @@ class SpoutExecutor(Executor):
             self.observer.acked(self.component_id, msg_id)
         self._call("ack", msg_id)
 
-    def _fail(self, msg_id: Any) -> None:
+    def _fail(self, msg_id: Any, reason: str) -> None:
         self.metrics.failed += 1
         self._poll_after_fail = True
         if self.observer is not None:
             self.observer.failed(self.component_id, msg_id)
-        self._call("fail", msg_id)
+        if self._fail_with_reason:
+            self._call("fail", msg_id, reason)
+        else:
+            self._call("fail", msg_id)
 
     def _timed_out(self, root: int, entry: tuple[Any, float]) -> None:
-        self._fail(entry[0])
+        self._fail(entry[0], "timeout")
 
     def rotate(self) -> None:
         """Advance the message timeout by one cohort (called every ``message_timeout_secs``)."""
@@ -182,4 +209,20 @@ class SpoutExecutor(Executor):
         return self.exhausted and not self._poll_after_fail and not len(self.pending) and not self._acked_at_emit
 
     def snapshot(self) -> dict[str, Any]:
+        self.metrics.transferred = self.outbox.transferred
         return self.metrics.snapshot(pending=len(self.pending), exhausted=self.exhausted, finished=self.finished)
+
+
+def _takes_reason(fail: Any) -> bool:
+    """Does the spout's ``fail`` take ``(msg_id, reason)``, or only ``(msg_id)`` (Storm's)?"""
+    try:
+        signature = inspect.signature(fail)
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values())
+    return variadic or len(positional) >= 2
