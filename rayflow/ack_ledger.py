@@ -135,7 +135,10 @@ class AckLedger:
         for root in expired:
             self._remove(self._slot(root))
         if self._count * 8 < self._mask and self._mask >= MIN_CAPACITY:
-            self._resize((self._mask + 1) // 2)
+            capacity = MIN_CAPACITY  # a quarter full: room to grow twice before the next resize
+            while capacity < 4 * self._count:
+                capacity *= 2
+            self._resize(capacity)
         return expired
 
     def _remove(self, i: int) -> None:

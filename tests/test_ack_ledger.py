@@ -322,3 +322,91 @@ class TestRandomDags:
                 assert outcome not in reported, "a tree was reported twice"
                 reported[outcome] = b
         assert reported == decided_in
+
+
+class ModelLedger:
+    """The ledger's contract in a few lines of dict: the reference the flat arrays must match."""
+
+    def __init__(self, buckets: int = 3) -> None:
+        self.buckets = buckets
+        self.trees: dict[int, list[Any]] = {}  # root -> [checksum, spout task, failed, rotations untouched]
+
+    def _touch(self, root: int) -> list[Any]:
+        tree = self.trees.setdefault(root, [0, 0, False, 0])
+        tree[3] = 0
+        return tree
+
+    def _settle(self, root: int, tree: list[Any]) -> Outcome | None:
+        if tree[1] and (tree[2] or not tree[0]):
+            del self.trees[root]
+            return Outcome(tree[1], root, not tree[2])
+        return None
+
+    def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
+        tree = self._touch(root)
+        tree[0] ^= val
+        tree[1] = spout_task
+        return self._settle(root, tree)
+
+    def ack(self, root: int, val: int) -> Outcome | None:
+        tree = self._touch(root)
+        tree[0] ^= val
+        return self._settle(root, tree)
+
+    def fail(self, root: int) -> Outcome | None:
+        tree = self._touch(root)
+        tree[2] = True
+        return self._settle(root, tree)
+
+    def reset_timeout(self, root: int) -> int | None:
+        return self._touch(root)[1] or None
+
+    def rotate(self) -> list[int]:
+        for tree in self.trees.values():
+            tree[3] += 1
+        expired = [root for root, tree in self.trees.items() if tree[3] >= self.buckets]
+        for root in expired:
+            del self.trees[root]
+        return expired
+
+
+# Roots that share their low bits, so that they collide in the table and probe past each other.
+_colliding_roots = st.integers(1, 40).map(lambda k: (k << 24) | 0x5EED)
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("init"), _colliding_roots, st.integers(0, 3), st.integers(1, 4)),
+        st.tuples(st.just("ack"), _colliding_roots, st.integers(0, 3)),
+        st.tuples(st.just("fail"), _colliding_roots),
+        st.tuples(st.just("reset_timeout"), _colliding_roots),
+        st.tuples(st.just("rotate")),
+    ),
+    max_size=300,
+)
+
+
+class TestFlatTable:
+    """The open-addressing table under collisions, deletions, expiry, growth and shrinking."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(operations=_operations)
+    def test_matches_the_model(self, operations: list[tuple[Any, ...]]):
+        """Every message and rotation answers as the dict model does, whatever collides."""
+        ledger, model = AckLedger(), ModelLedger()
+        for name, *args in operations:
+            got, expected = getattr(ledger, name)(*args), getattr(model, name)(*args)
+            if name == "rotate":
+                got, expected = sorted(got), sorted(expected)
+            assert got == expected, (name, args)
+            assert len(ledger) == len(model.trees)
+
+    def test_many_trees_then_none(self):
+        """The table grows to hold many trees and gives the memory back once they are gone."""
+        ledger = AckLedger()
+        roots = [new_id() for _ in range(50_000)]
+        for root in roots:
+            ledger.init(root, 1, SPOUT_TASK)
+        assert len(ledger) == len(roots)
+        assert all(ledger.ack(root, 1) == Outcome(SPOUT_TASK, root, True) for root in roots)
+        for _ in range(3):
+            ledger.rotate()
+        assert len(ledger) == 0 and len(ledger._roots) == 1024

@@ -13,6 +13,8 @@ from collections import deque
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rayflow.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
@@ -641,3 +643,162 @@ class TestTicks:
         assert tick.is_tick()
         assert tick[0] == 2.0
         assert wire.control == deque()
+
+
+class Unpicklable:
+    """A value that cannot cross a process boundary."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle Unpicklable")
+
+
+class Poison(BasicBolt):
+    """Emits the sentence's words; the word "poison" as a value that cannot be pickled."""
+
+    outputs = ["word"]
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        for word in tup["sentence"].split():
+            collector.emit([Unpicklable() if word == "poison" else word])
+
+
+class Reasons(Sentences):
+    """Records why each tree failed: ``fail(msg_id, reason)``."""
+
+    def fail(self, msg_id: Any, reason: str) -> None:  # type: ignore[override]
+        self.failed.append((msg_id, reason))
+
+
+class BrokenOpen(Sentences):
+    """``open`` raises the first time only."""
+
+    opened = 0
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        type(self).opened += 1
+        if type(self).opened == 1:
+            raise RuntimeError("source down")
+        super().open(conf, context, collector)
+
+
+class TestFaults:
+    def test_unpicklable_value_fails_only_its_tree(self):
+        """A value that cannot be pickled fails its own tuple's tree, is reported on the emitting
+        component, and the rest of the batch goes on."""
+        wire = Wire(pipeline(Poison(), downstream=Count()))
+        wire.spout().feed("good words", msg_id=1)
+        wire.spout().feed("one poison word", msg_id=2)
+        wire.spout().feed("more good words", msg_id=3)
+        wire.run()
+        assert sorted(wire.spout().acked) == [1, 3]
+        assert wire.spout().failed == [2]
+        assert sum(wire.bolts("downstream")[0].counts.values()) == 7
+        bolt = wire.task("bolt")
+        assert bolt.metrics.errors == 1 and "cannot be pickled" in bolt.metrics.last_error
+
+    def test_fail_reason_failed_or_timeout(self):
+        """A spout whose fail takes a reason hears "failed" for an explicit fail, "timeout" for a
+        tree that timed out; one taking only the msg id keeps working (Sentences)."""
+        wire = Wire(pipeline(BasicSplit(), downstream=Count(fail_word="cow"), spout=Reasons()))
+        wire.spout().feed("the cow", msg_id=1)
+        wire.run()
+        assert wire.spout().failed == [(1, "failed")]
+        wire = Wire(pipeline(Hold(), spout=Reasons()))
+        wire.spout().feed("held", msg_id=2)
+        wire.run()
+        wire.advance(2 * wire.conf.message_timeout_secs + 1)
+        assert wire.spout().failed == [(2, "timeout")]
+
+    def test_spout_whose_open_raised_is_not_driven_until_opened_again(self):
+        """open raised: reported once, next_tuple never called; a later activate opens it."""
+        BrokenOpen.opened = 0
+        wire = Wire(pipeline(BasicSplit(), spout=BrokenOpen()))
+        spout = wire.task("sentences")
+        assert spout.metrics.errors == 1 and "open raised" in spout.metrics.last_error
+        assert not spout.wants_next_tuple() and wire.run() == 0
+        wire.activate()
+        assert spout.wants_next_tuple() and spout.metrics.errors == 1
+        wire.spout().feed("back", msg_id=1)
+        wire.run()
+        assert wire.spout().acked == [1]
+
+
+class TestLoadAwareShuffle:
+    def grouping(self) -> Any:
+        from rayflow.groupings import ShuffleGrouping, StreamId
+
+        layout = {1: "s", 2: "b", 3: "b", 4: "b"}
+        grouping = ShuffleGrouping()
+        grouping.prepare(TopologyContext(1, layout, {"s": {"default": ("x",)}}), StreamId("s", "default"), [2, 3, 4])
+        return grouping
+
+    def test_even_backlogs_keep_round_robin(self):
+        """With equal backlogs every target gets one tuple per round."""
+        grouping = self.grouping()
+        grouping.update_load(lambda task: 5)
+        picks = [grouping.choose_tasks(1, ["x"])[0] for _ in range(30)]
+        assert sorted(picks.count(t) for t in (2, 3, 4)) == [10, 10, 10]
+
+    def test_backlogged_target_gets_fewer_tuples(self):
+        """A target far behind the others gets a small share, but still some."""
+        grouping = self.grouping()
+        grouping.update_load(lambda task: 1000 if task == 3 else 0)
+        picks = [grouping.choose_tasks(1, ["x"])[0] for _ in range(170)]
+        assert 0 < picks.count(3) <= 10 and picks.count(2) == picks.count(4)
+
+
+class FieldsCount(Bolt):
+    """Acks each word, fails the one it is told to fail; counts what it acked."""
+
+    outputs = ["word", "count"]
+
+    def __init__(self, fail_word: str) -> None:
+        self.fail_word = fail_word
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup: Tuple) -> None:
+        if tup["word"] == self.fail_word:
+            self.collector.fail(tup)
+            return
+        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + 1
+        self.collector.emit([tup["word"], self.counts[tup["word"]]], anchors=tup)
+        self.collector.ack(tup)
+
+
+class TestRandomTopologies:
+    """Word counts of random sizes and shapes, run through the executors' real paths (columnar
+    batches cut at random sizes, fields keys remembered, BasicBolt inline acking, several
+    ackers), with payloads delivered in random order: every sentence is acked exactly once,
+    or failed when it holds the word that is failed."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        sentences=st.lists(st.lists(st.sampled_from("a b c d e".split()), min_size=0, max_size=5), max_size=12),
+        split=st.integers(1, 3),
+        count=st.integers(1, 3),
+        ackers=st.integers(1, 2),
+        batch_size=st.integers(1, 4),
+        seed=st.integers(0, 2**16),
+    )
+    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed):
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("split", BasicSplit(), parallelism=split).shuffle_grouping("sentences")
+        builder.set_bolt("count", FieldsCount("e"), parallelism=count).fields_grouping("split", ["word"])
+        wire = InProcessTopology(
+            builder.create_topology(), {"ackers": ackers, "batch_size": batch_size}, delivery="random", seed=seed
+        )
+        spout = wire.components("sentences")[0]
+        for i, words in enumerate(sentences):
+            spout.feed(" ".join(words), msg_id=i)
+        wire.run()
+        failing = {i for i, words in enumerate(sentences) if "e" in words}
+        assert sorted(spout.acked) == [i for i in range(len(sentences)) if i not in failing]
+        assert sorted(spout.failed) == sorted(failing)
+        # Acks that reach the acker after their tree failed linger until they expire.
+        wire.advance(4 * wire.conf.message_timeout_secs)
+        assert wire.pending_trees() == 0
+        assert len(spout.acked) + len(spout.failed) == len(sentences)
