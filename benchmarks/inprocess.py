@@ -9,6 +9,13 @@ itself. Deliveries follow the runtime's order: control (acker traffic) ahead of 
 emitting bursts while its pending budget allows. The figure is CPU microseconds
 (``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the
 executors put under any end-to-end throughput (a 2-core box can at most run two of them at once).
+
+On a shared, noisy machine, count instructions instead (repeatable to a fraction of a percent):
+run under ``valgrind --tool=callgrind`` with two sizes and divide the difference by the words::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python benchmarks/inprocess.py --sentences 1000 --runs 1
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python benchmarks/inprocess.py --sentences 6000 --runs 1
+    # (Ir(6000) - Ir(1000)) / (5000 * 6.4) = instructions per word
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, Spout, TopologyBuilder  # noqa: E402
 from rayflow.context import TopologyContext  # noqa: E402
+from rayflow.executors import make_executor  # noqa: E402
 from rayflow.topology import Topology  # noqa: E402
 
 SPOUT_BURST = 256
@@ -79,25 +87,6 @@ def wordcount(sentences: int, split: int = 1, count: int = 1) -> Topology:
     return builder.create_topology()
 
 
-def _build(topology: Topology, conf: Config, context: TopologyContext, link: Any) -> Any:
-    """One task's executor, made the way the runtime makes it."""
-    from rayflow import executors
-
-    make = getattr(executors, "make_executor", None)
-    if make is not None:
-        return make(topology, conf, context, link)
-    from rayflow.topology import ACKER_COMPONENT  # before the executor lifecycle refactor
-
-    component = context.this_component_id
-    if component == ACKER_COMPONENT:
-        cls = executors.AckerExecutor
-    elif topology.components[component].is_spout:
-        cls = executors.SpoutExecutor
-    else:
-        cls = executors.BoltExecutor
-    return cls(topology, conf, context, link.send_data, link.send_control)
-
-
 class PickleLink:
     """The wire: every payload pickled (protocol 5) on send and queued for its destination."""
 
@@ -128,15 +117,11 @@ class Run:
         self.executors: dict[int, Any] = {}
         for task in layout:
             context = TopologyContext(task, layout, topology.stream_fields())
-            self.executors[task] = _build(copy.deepcopy(topology), self.conf, context, link)
+            self.executors[task] = make_executor(copy.deepcopy(topology), self.conf, context, link)
         self.spouts = [e for e in self.executors.values() if e.kind == "spout"]
         for executor in self.executors.values():
-            if hasattr(executor, "start"):
-                executor.start()
-            elif executor.kind == "bolt":
-                executor.prepare()
-        for spout in self.spouts:
-            spout.activate()
+            executor.start()
+            executor.activate()
 
     def drain(self) -> None:
         """Deliver until nothing moves: control first, then one data batch, as a task actor

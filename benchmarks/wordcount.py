@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, LocalCluster, Spout, TopologyBuilder  # noqa: E402
+from rayflow.config import DEFAULT_MAX_SPOUT_PENDING  # noqa: E402
 
 WORDS_PER_CYCLE = sum(len(s.split()) for s in SENTENCES)
 
@@ -71,7 +72,7 @@ def run_rayflow(
     sentences: int,
     ackers: int,
     rate: float | None = None,
-    max_pending: int = 4000,
+    max_pending: int = DEFAULT_MAX_SPOUT_PENDING,
     tuning: dict[str, Any] | None = None,
     tasks: int = 1,
 ) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=200_000, help="sentences per rayflow run")
     parser.add_argument("--per-call-sentences", type=int, default=1_000)
     parser.add_argument("--latency-secs", type=float, default=10.0, help="length of the half-rate run")
-    parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
+    parser.add_argument("--max-pending", type=int, default=DEFAULT_MAX_SPOUT_PENDING, help="max_spout_pending")
     parser.add_argument("--linger-ms", type=float, help="rayflow.batch.linger.ms (default: Config's)")
     parser.add_argument("--batch-size", type=int, help="rayflow.batch.size (default: Config's)")
     parser.add_argument("--control-linger-ms", type=float, help="rayflow.control.linger.ms (default: Config's)")
