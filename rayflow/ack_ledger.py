@@ -102,7 +102,7 @@ class AckLedger:
     def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
         i = self._slot(root)
         self._vals[i] ^= val
-        self._owners[i] |= spout_task << 1
+        self._owners[i] = spout_task << 1 | self._owners[i] & _FAILED
         return self._settle(i)
 
     def ack(self, root: int, val: int) -> Outcome | None:
