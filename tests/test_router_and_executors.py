@@ -505,25 +505,26 @@ class TestNoAckers:
 
 
 class TestSpoutTimeouts:
-    def test_fails_after_two_rotations_not_one(self):
-        """A tree not completed fails at the second rotation of the spout's pending map."""
+    """Simulated time: the spout's pending map rotates every quarter of the message timeout T."""
+
+    def test_fails_after_the_timeout_and_not_before(self):
+        """A tree not completed is not failed at T, and is failed by 1.25 T."""
         wire = Wire(pipeline(Hold()))
+        timeout = wire.conf.message_timeout_secs
         wire.spout().feed("slow", msg_id=1)
         wire.run()
-        spout = wire.task("sentences")
-        spout.rotate()
+        wire.advance(timeout)
         assert wire.spout().failed == []
-        spout.rotate()
+        wire.advance(timeout / 4)
         assert wire.spout().failed == [1]
-        assert spout.metrics.failed == 1
+        assert wire.task("sentences").metrics.failed == 1
 
     def test_late_ack_after_timeout_is_ignored(self):
         """A tree completed after it timed out is not acked as well."""
         wire = Wire(pipeline(Hold()))
         wire.spout().feed("slow", msg_id=1)
         wire.run()
-        wire.task("sentences").rotate()
-        wire.task("sentences").rotate()
+        wire.advance(1.25 * wire.conf.message_timeout_secs)
         hold = wire.bolts("bolt")[0]
         hold.collector.ack(hold.held[0])
         wire.settle()
@@ -532,15 +533,16 @@ class TestSpoutTimeouts:
     def test_reset_timeout_restarts_the_clock(self):
         """A bolt's reset_timeout, forwarded by the acker, keeps the spout from failing the tree."""
         wire = Wire(pipeline(Hold()))
+        timeout = wire.conf.message_timeout_secs
         wire.spout().feed("slow", msg_id=1)
         wire.run()
-        spout, hold = wire.task("sentences"), wire.bolts("bolt")[0]
-        spout.rotate()
+        hold = wire.bolts("bolt")[0]
+        wire.advance(0.75 * timeout)
         hold.collector.reset_timeout(hold.held[0])
         wire.settle()
-        spout.rotate()
+        wire.advance(0.75 * timeout)  # 1.5 T after the emit, 0.75 T after the reset
         assert wire.spout().failed == []
-        spout.rotate()
+        wire.advance(timeout)
         assert wire.spout().failed == [1]
 
     def test_acked_tree_never_times_out(self):
@@ -548,8 +550,7 @@ class TestSpoutTimeouts:
         wire = Wire(wordcount())
         wire.spout().feed("quick", msg_id=1)
         wire.run()
-        for _ in range(3):
-            wire.task("sentences").rotate()
+        wire.advance(3 * wire.conf.message_timeout_secs)
         assert (wire.spout().acked, wire.spout().failed) == ([1], [])
 
 

@@ -15,7 +15,10 @@ from .base import Emitter, Timer
 
 __all__ = ["SpoutExecutor"]
 
-SPOUT_BUCKETS = 2
+SPOUT_BUCKETS = 5
+"""The spout's pending map rotates every ``message_timeout_secs / (SPOUT_BUCKETS - 1)``, so a tree
+fails between T and 1.25 T after it was emitted (T and 2 T with Storm's two buckets): after a
+task dies, its lost trees are replayed within one timeout plus a quarter."""
 
 
 class SpoutExecutor(Emitter):
@@ -79,7 +82,7 @@ class SpoutExecutor(Emitter):
     def timers(self) -> list[Timer]:
         rotation: list[Timer] = []
         if self.tracking and self.conf.enable_message_timeouts:
-            rotation.append((self.conf.message_timeout_secs, self.rotate))
+            rotation.append((self.conf.message_timeout_secs / (SPOUT_BUCKETS - 1), self.rotate))
         return rotation + super().timers()
 
     def mark_exhausted(self) -> None:
@@ -209,7 +212,7 @@ class SpoutExecutor(Emitter):
         self._fail(entry[0], "timeout")
 
     def rotate(self) -> None:
-        """Advance the message timeout by one cohort (called every ``message_timeout_secs``)."""
+        """Advance the message timeout by one cohort (called every ``message_timeout_secs / (SPOUT_BUCKETS - 1)``)."""
         self.pending.rotate()
 
     @property
