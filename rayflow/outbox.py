@@ -248,5 +248,8 @@ class Outbox:
         self.flush_control()
         self.flush_data()
 
+    def data_empty(self) -> bool:
+        return not any(b.values for b in self._batches.values())
+
     def is_empty(self) -> bool:
         return not any(b.values for b in self._batches.values()) and not self.control_size()

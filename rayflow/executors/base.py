@@ -92,6 +92,9 @@ class Executor:
         self.metrics = TaskMetrics(self.component_id, self.kind)
         self.debug = self.conf.debug
         self.observer: Observer | None = None
+        self.flush_after_receive = True
+        """Does ``receive`` send the data batches it filled partly? A driver that sends them
+        itself (coalescing the output of queued input batches) sets this to ``False``."""
         self._link = link
 
     # -- lifecycle (no-ops unless a kind needs them) --------------------------------------------

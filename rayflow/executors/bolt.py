@@ -140,9 +140,11 @@ class BoltExecutor(Emitter):
         metrics = self.metrics
         metrics.executed += begin
         metrics.busy_secs += perf() - batch_started
-        # Data goes on at once; acker traffic is sent by the runtime after a linger, so that
-        # one control call carries the acks of many batches (a Ray call costs ~1 ms of CPU).
-        self.outbox.flush_data()
+        # Data goes on at once (unless the driver sends it: ``flush_after_receive``); acker
+        # traffic is sent by the runtime after a linger, so that one control call carries the
+        # acks of many batches (a Ray call costs ~1 ms of CPU).
+        if self.flush_after_receive:
+            self.outbox.flush_data()
 
     def tick(self, freq_secs: float) -> None:
         """Deliver a tick tuple (untracked; acking or failing it is harmless)."""

@@ -56,6 +56,8 @@ class TaskActor:
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
         self._calls_in = 0
+        self._queued = 0
+        """``push`` calls waiting for the data lock."""
         self._flush_due = False
         self._flushed = 0.0
         self._control_linger = 0.0
@@ -72,6 +74,7 @@ class TaskActor:
         conf = self._conf
         self._transport = RayTransport(handles, self._task_id, conf.max_inflight_tuples, conf.max_inflight_batches)
         executor = make_executor(self._topology, conf, context, self._transport)
+        executor.flush_after_receive = False  # ``push`` sends data batches itself
         self._executor: Executor = executor
         self._running = True
         gc.freeze()
@@ -97,16 +100,25 @@ class TaskActor:
     # -- incoming calls -----------------------------------------------------------------------
     async def push(self, payload: bytes) -> None:
         self._calls_in += 1
+        self._queued += 1
         async with self._data_lock:
-            self._executor.receive(pickle.loads(payload))
+            self._queued -= 1
+            executor = self._executor
+            executor.receive(pickle.loads(payload))
+            if not self._queued:
+                # More batches wait for the lock: what this one produced joins theirs, and the
+                # last of them sends it (fan-out would otherwise multiply small calls).
+                executor.outbox.flush_data()
             self._flush_later()
             await self._transport.relieve()
 
     async def push_control(self, payload: bytes) -> None:
         self._calls_in += 1
         self._executor.receive_control(pickle.loads(payload))
-        self._flush_later()
-        self._wake.set()
+        if self._executor.is_source:
+            self._wake.set()  # the source loop sends what waits, on its own lingers
+        else:
+            self._flush_later()
 
     def _flush_later(self) -> None:
         """Send what waits in the outbox: at once if nothing went out for the control linger (or
@@ -160,8 +172,10 @@ class TaskActor:
     # -- background loops ---------------------------------------------------------------------
     async def _source_loop(self, linger: float) -> None:
         """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
-        when a batch fills or ``linger`` passes, inits every control linger; once it stops
-        emitting, everything waiting goes out and the loop backs off."""
+        when a batch fills or ``linger`` passes, inits every control linger. When it emits
+        nothing the loop backs off, still sending on the same lingers (a rate-limited spout would
+        otherwise make one small call per turn); when it may not emit (inactive, exhausted, or
+        the pending budget spent), everything waiting goes out at once."""
         executor = self._executor
         outbox = executor.outbox
         clock = time.monotonic
@@ -186,8 +200,21 @@ class TaskActor:
                 await self._transport.relieve()
                 await asyncio.sleep(0)
             else:
-                outbox.flush()
-                await asyncio.sleep(idle)
+                # Nothing emitted (a rate-limited or quiet spout): what waits still goes out on
+                # the lingers, not at once, so a trickle does not become one call per turn.
+                now = clock()
+                wait = idle
+                if now - data_sent >= linger:
+                    outbox.flush_data()
+                    data_sent = now
+                elif not outbox.data_empty():
+                    wait = min(wait, linger - (now - data_sent))
+                if now - control_sent >= self._control_linger:
+                    outbox.flush_control()
+                    control_sent = now
+                elif outbox.control_size():
+                    wait = min(wait, self._control_linger - (now - control_sent))
+                await asyncio.sleep(wait)
                 idle = min(idle * 2, SPOUT_IDLE_SECS[1])
 
     async def _every(self, secs: float, action: Callable[[], None]) -> None:
@@ -197,5 +224,7 @@ class TaskActor:
             await asyncio.sleep(secs)
             async with self._data_lock:
                 action()
+                if not self._queued:
+                    self._executor.outbox.flush_data()
                 self._flush_later()
                 await self._transport.relieve()

@@ -1,0 +1,119 @@
+"""CPU per word per actor (psutil) for the word count on Ray: full rate, then optionally a fixed
+rate, so that a change can be judged on a noisy machine by CPU rather than wall time.
+
+    python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N]
+        [--pyspy DIR]   # also py-spy record every task actor during the full-rate run
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.wordcount import SENTENCES, WORDS_PER_CYCLE, BenchSpout, words_in  # noqa: E402
+from examples.wordcount import SplitSentence, WordCount  # noqa: E402
+from rayflow import Config, LocalCluster, TopologyBuilder  # noqa: E402
+
+TUNING: dict[str, Any] = {}
+
+
+def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, pyspy: str | None) -> dict[str, Any]:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", BenchSpout(sentences, rate))
+    builder.set_bolt("split", SplitSentence(), parallelism=tasks).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism=tasks).fields_grouping("split", ["word"])
+    conf = Config.of({"ackers": 1, **TUNING})
+    handle = cluster.submit_topology(f"cpu-{rate}-{tasks}", conf, builder.create_topology(), active=False)
+    tm = handle.task_metrics()
+    procs = {t: psutil.Process(m["pid"]) for t, m in tm.items()}
+    names = {t: m.get("component", str(t)) for t, m in tm.items()}
+    before = {t: p.cpu_times() for t, p in procs.items()}
+    spies = []
+    if pyspy:
+        Path(pyspy).mkdir(parents=True, exist_ok=True)
+        for t, p in procs.items():
+            out = f"{pyspy}/{names[t]}-{t}.txt"
+            spies.append(
+                subprocess.Popen(
+                    ["py-spy", "record", "--pid", str(p.pid), "--format", "raw", "-o", out, "--rate", "100"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        time.sleep(1.0)
+    expected = words_in(sentences)
+    started = time.perf_counter()
+    handle.activate()
+    while True:
+        time.sleep(0.05)
+        metrics = handle.metrics()
+        if metrics["count"]["executed"] >= expected and metrics["sentences"]["pending"] == 0:
+            break
+    elapsed = time.perf_counter() - started
+    after = {t: p.cpu_times() for t, p in procs.items()}
+    calls = {t: m["calls_out"] for t, m in handle.task_metrics().items()}
+    for s in spies:
+        s.send_signal(2)
+    for s in spies:
+        s.wait()
+    handle.kill()
+    per: dict[str, float] = {}
+    for t in procs:
+        cpu = (after[t].user + after[t].system) - (before[t].user + before[t].system)
+        key = f"{names[t]}-{t}"
+        per[key] = cpu / expected * 1e6
+    lat = metrics["sentences"]["complete_latency_ms"]
+    return {
+        "words_per_s": expected / elapsed,
+        "cpu_us_per_word": per,
+        "total_cpu_us_per_word": sum(per.values()),
+        "calls_out": sum(calls.values()),
+        "p50": lat["p50"],
+        "p99": lat["p99"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sentences", type=int, default=200_000)
+    parser.add_argument("--rate", type=float, help="sentences/s for the rate-limited run")
+    parser.add_argument("--secs", type=float, default=8.0)
+    parser.add_argument("--tasks", type=int, default=1)
+    parser.add_argument("--pyspy", metavar="DIR")
+    parser.add_argument("--skip-full", action="store_true")
+    parser.add_argument("--linger-ms", type=float)
+    parser.add_argument("--control-linger-ms", type=float)
+    args = parser.parse_args()
+    if args.linger_ms:
+        TUNING["linger_ms"] = args.linger_ms
+    if args.control_linger_ms:
+        TUNING["control_linger_ms"] = args.control_linger_ms
+    with LocalCluster() as cluster:
+        if not args.skip_full:
+            r = run(cluster, args.sentences, None, args.tasks, args.pyspy)
+            print(
+                "full:",
+                {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "cpu_us_per_word"},
+            )
+            print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
+        if args.rate:
+            n = int(args.rate * args.secs)
+            r = run(cluster, n, args.rate, args.tasks, args.pyspy if args.skip_full else None)
+            print(
+                f"rate {args.rate:.0f} sent/s ({args.rate * WORDS_PER_CYCLE / len(SENTENCES):.0f} words/s):",
+                {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "cpu_us_per_word"},
+            )
+            print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
