@@ -141,3 +141,14 @@ class Proxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def publish(queue: str, *bodies: bytes | str) -> None:
+    """Publish each of ``bodies`` to ``queue`` through the default exchange."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    channel = connection.channel()
+    for body in bodies:
+        channel.basic_publish("", queue, body)
+    connection.close()

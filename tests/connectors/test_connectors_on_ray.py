@@ -3,7 +3,6 @@ only when its tree completes, failed trees come back, and the YAML file loads.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 import rayflow
 from rayflow import Bolt, Config, OutputCollector, TopologyBuilder, TopologyContext, Tuple
 from tests.conftest import eventually
-from tests.connectors.brokers import RABBITMQ_URL, REDIS_URL, require_rabbitmq, require_redis, unique
+from tests.connectors.brokers import RABBITMQ_URL, publish, unique
 from tests.topology_helpers import Board, Holder
 
 pytestmark = [pytest.mark.broker, pytest.mark.ray]
@@ -49,31 +48,6 @@ def run(spout: Any, bolt: Any, config: dict[str, Any] | None = None) -> Any:
 
 
 # -- RabbitMQ ---------------------------------------------------------------------------------
-@pytest.fixture
-def rabbit_queue() -> Iterator[str]:
-    require_rabbitmq()
-    import pika
-
-    name = unique("queue")
-    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
-    connection.channel().queue_declare(name)
-    try:
-        yield name
-    finally:
-        connection.channel().queue_delete(name)
-        connection.close()
-
-
-def rabbit_publish(queue: str, bodies: list[str]) -> None:
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
-    channel = connection.channel()
-    for body in bodies:
-        channel.basic_publish("", queue, body)
-    connection.close()
-
-
 def rabbit_ready_without_consumers(queue: str) -> int | None:
     """Messages in the queue once no consumer holds any (``None`` while one is connected)."""
     import pika
@@ -84,38 +58,36 @@ def rabbit_ready_without_consumers(queue: str) -> int | None:
     return None if method.consumer_count else int(method.message_count)
 
 
-def test_rabbitmq_ack_waits_for_the_tree_and_a_killed_spout_gives_messages_back(
-    ray_cluster: str, rabbit_queue: str
-) -> None:
+def test_rabbitmq_ack_waits_for_the_tree_and_a_killed_spout_gives_messages_back(ray_cluster: str, queue: str) -> None:
     """source (RabbitMQSpout) -> work (Holder). Killed while the holder holds all five: the
     broker has not been told, the five come back. Run again and released: all acked, queue empty."""
     from rayflow.connectors.rabbitmq import RabbitMQSpout
 
-    rabbit_publish(rabbit_queue, [f"m{i}" for i in range(5)])
+    publish(queue, *[f"m{i}" for i in range(5)])
     board = Board.remote()
-    handle = run(RabbitMQSpout(rabbit_queue), Holder(board), TICKS)
+    handle = run(RabbitMQSpout(queue), Holder(board), TICKS)
     assert eventually(lambda: spout_metric(handle, "emitted") == 5)
     handle.kill()
-    assert eventually(lambda: rabbit_ready_without_consumers(rabbit_queue) == 5)
+    assert eventually(lambda: rabbit_ready_without_consumers(queue) == 5)
 
-    handle = run(RabbitMQSpout(rabbit_queue), Holder(board), TICKS)
+    handle = run(RabbitMQSpout(queue), Holder(board), TICKS)
     assert eventually(lambda: spout_metric(handle, "emitted") == 5)
     assert spout_metric(handle, "acked") == 0
     board.set.remote("release")
     assert eventually(lambda: spout_metric(handle, "acked") == 5)
     handle.kill()
-    assert eventually(lambda: rabbit_ready_without_consumers(rabbit_queue) == 0)
+    assert eventually(lambda: rabbit_ready_without_consumers(queue) == 0)
 
 
-def test_rabbitmq_failed_trees_are_redelivered(ray_cluster: str, rabbit_queue: str) -> None:
+def test_rabbitmq_failed_trees_are_redelivered(ray_cluster: str, queue: str) -> None:
     from rayflow.connectors.rabbitmq import RabbitMQSpout
 
-    rabbit_publish(rabbit_queue, [f"m{i}" for i in range(20)])
-    handle = run(RabbitMQSpout(rabbit_queue), FailFirstTime())
+    publish(queue, *[f"m{i}" for i in range(20)])
+    handle = run(RabbitMQSpout(queue), FailFirstTime())
     assert eventually(lambda: spout_metric(handle, "acked") == 20)
     assert spout_metric(handle, "failed") == 20
     handle.kill()
-    assert eventually(lambda: rabbit_ready_without_consumers(rabbit_queue) == 0)
+    assert eventually(lambda: rabbit_ready_without_consumers(queue) == 0)
 
 
 def test_rabbitmq_topology_file_loads() -> None:
@@ -131,25 +103,11 @@ def test_rabbitmq_topology_file_loads() -> None:
 
 
 # -- Redis Streams ----------------------------------------------------------------------------
-@pytest.fixture
-def redis_stream() -> Iterator[tuple[Any, str]]:
-    require_redis()
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    name = unique("stream")
-    try:
-        yield client, name
-    finally:
-        client.delete(name)
-
-
-def test_redis_xack_waits_for_the_tree(ray_cluster: str, redis_stream: tuple[Any, str]) -> None:
+def test_redis_xack_waits_for_the_tree(ray_cluster: str, client: Any, stream: str) -> None:
     """source (RedisStreamSpout) -> work (Holder): entries stay pending in the group until the
     holder acks them."""
     from rayflow.connectors.redis import RedisStreamSpout
 
-    client, stream = redis_stream
     for i in range(5):
         client.xadd(stream, {"n": str(i)})
     board = Board.remote()
@@ -162,10 +120,9 @@ def test_redis_xack_waits_for_the_tree(ray_cluster: str, redis_stream: tuple[Any
     handle.kill()
 
 
-def test_redis_failed_trees_are_emitted_again(ray_cluster: str, redis_stream: tuple[Any, str]) -> None:
+def test_redis_failed_trees_are_emitted_again(ray_cluster: str, client: Any, stream: str) -> None:
     from rayflow.connectors.redis import RedisStreamSpout
 
-    client, stream = redis_stream
     for i in range(20):
         client.xadd(stream, {"n": str(i)})
     handle = run(RedisStreamSpout(stream, "g"), FailFirstTime())

@@ -4,40 +4,23 @@ as the spout executor calls them. Each test uses its own queue and deletes it.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from rayflow.errors import ConfigError
-from tests.connectors.brokers import RABBITMQ_URL, FakeCollector, Proxy, context, drive, require_rabbitmq, unique
+from tests.connectors.brokers import (
+    RABBITMQ_URL,
+    FakeCollector,
+    Proxy,
+    context,
+    drive,
+    publish,
+    require_rabbitmq,
+    unique,
+)
 
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    require_rabbitmq()
-    import pika
-
-    name = unique("queue")
-    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
-    connection.channel().queue_declare(name)
-    try:
-        yield name
-    finally:
-        connection.channel().queue_delete(name)
-        connection.close()
-
-
-def publish(queue: str, *bodies: bytes | str) -> None:
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
-    channel = connection.channel()
-    for body in bodies:
-        channel.basic_publish("", queue, body)
-    connection.close()
 
 
 def ready(queue: str) -> int:

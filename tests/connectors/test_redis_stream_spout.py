@@ -4,35 +4,17 @@ as the spout executor calls them. Each test uses its own stream and deletes it."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from rayflow.errors import ConfigError
 from tests.conftest import eventually
-from tests.connectors.brokers import REDIS_URL, FakeCollector, Proxy, context, drive, require_redis, unique
+from tests.connectors.brokers import REDIS_URL, FakeCollector, Proxy, context, drive
 
 pytestmark = pytest.mark.broker
 
 GROUP = "rayflow"
-
-
-@pytest.fixture
-def client() -> Any:
-    require_redis()
-    import redis
-
-    return redis.Redis.from_url(REDIS_URL)
-
-
-@pytest.fixture
-def stream(client: Any) -> Iterator[str]:
-    name = unique("stream")
-    try:
-        yield name
-    finally:
-        client.delete(name)
 
 
 def opened(stream: str, task_id: int = 1, **kwargs: Any) -> tuple[Any, FakeCollector]:

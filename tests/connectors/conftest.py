@@ -1,0 +1,46 @@
+"""Fixtures shared by the connector tests: a fresh RabbitMQ queue and a fresh Redis stream per
+test, deleted afterwards. Each skips the test with a clear reason when its broker is not running."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.connectors.brokers import RABBITMQ_URL, REDIS_URL, require_rabbitmq, require_redis, unique
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """The name of a new, empty RabbitMQ queue."""
+    require_rabbitmq()
+    import pika
+
+    name = unique("queue")
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    connection.channel().queue_declare(name)
+    try:
+        yield name
+    finally:
+        connection.channel().queue_delete(name)
+        connection.close()
+
+
+@pytest.fixture
+def client() -> Any:
+    """A redis-py client of the Redis on 127.0.0.1."""
+    require_redis()
+    import redis
+
+    return redis.Redis.from_url(REDIS_URL)
+
+
+@pytest.fixture
+def stream(client: Any) -> Iterator[str]:
+    """The name of a Redis stream no one has used yet."""
+    name = unique("stream")
+    try:
+        yield name
+    finally:
+        client.delete(name)
