@@ -36,7 +36,7 @@ from rayflow.config import DEFAULT_MAX_SPOUT_PENDING
 from rayflow.runtime import TopologyHandle, submit_topology
 
 from .conftest import eventually
-from .topology_helpers import Board
+from .topology_helpers import Board, Endless
 
 pytestmark = pytest.mark.ray
 
@@ -197,20 +197,6 @@ def test_one_stuck_task_does_not_stall_its_siblings(run: Any):
         assert eventually(lambda: handle.metrics()["numbers"]["acked"] >= 45, timeout=20)
     finally:
         ray.get(board.set.remote("release"))
-
-
-class Endless(Spout):
-    """An endless source of numbers, each tracked."""
-
-    outputs = ["n"]
-
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
-        self._collector = collector
-        self._n = 0
-
-    def next_tuple(self) -> None:
-        self._n += 1
-        self._collector.emit([self._n], msg_id=self._n)
 
 
 class NeverAck(Bolt):

@@ -27,6 +27,8 @@ from rayflow.testing import InProcessTopology
 from rayflow.topology import ACKER_COMPONENT, Topology, TopologyBuilder
 from rayflow.tuple import Tuple
 
+from .topology_helpers import Endless
+
 
 class Wire(InProcessTopology):
     """The public in-process runner, with the shorthands these tests use."""
@@ -84,20 +86,6 @@ class Bounded(Sentences):
         super().fail(msg_id)
         if self.failed.count(msg_id) == 1:
             self.feed(msg_id, msg_id)
-
-
-class Endless(Spout):
-    """Emits a tracked tuple on every call."""
-
-    outputs = ["n"]
-
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
-        self.collector = collector
-        self.n = 0
-
-    def next_tuple(self) -> None:
-        self.n += 1
-        self.collector.emit([self.n], msg_id=self.n)
 
 
 class Split(Bolt):

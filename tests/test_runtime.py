@@ -27,8 +27,6 @@ from rayflow import (
     Bolt,
     Config,
     OutputCollector,
-    Spout,
-    SpoutOutputCollector,
     TopologyBuilder,
     TopologyContext,
     TopologyHandle,
@@ -38,7 +36,7 @@ from rayflow import (
 from rayflow.testing import FeederSpout
 
 from .conftest import eventually
-from .topology_helpers import Board, Bounded, Flaky, Holder, Relay, Sink
+from .topology_helpers import Board, Bounded, Endless, Flaky, Holder, Relay, Sink
 
 pytestmark = pytest.mark.ray
 
@@ -73,20 +71,6 @@ def stays(check: Callable[[], bool], secs: float, interval: float = 0.05) -> boo
             return False
         time.sleep(interval)
     return check()
-
-
-class Endless(Spout):
-    """Emits an untracked tuple on every call, forever."""
-
-    outputs = ["n"]
-
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
-        self.collector = collector
-        self.n = 0
-
-    def next_tuple(self) -> None:
-        self.n += 1
-        self.collector.emit([self.n])
 
 
 class Slow(BasicBolt):
@@ -135,7 +119,7 @@ def test_a_slow_bolt_throttles_its_spout_instead_of_queueing_without_bound(submi
     and 2 batches in flight: while the bolt executes its first 200 tuples, the spout never gets
     more than a bounded distance ahead (unthrottled it would be thousands ahead)."""
     builder = TopologyBuilder()
-    builder.set_spout("in", Endless())
+    builder.set_spout("in", Endless(tracked=False))
     builder.set_bolt("slow", Slow()).shuffle_grouping("in")
     handle = submit(builder, {"rayflow.batch.size": 10, "rayflow.max.inflight.batches": 2})
     gaps: list[int] = []

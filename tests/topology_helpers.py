@@ -141,6 +141,24 @@ class Flaky(Spout):
             self.collector.exhausted()
 
 
+class Endless(Spout):
+    """Emits 1, 2, 3, ... on every call, forever: tracked (msg id = the number) unless
+    ``tracked=False``."""
+
+    outputs = ["n"]
+
+    def __init__(self, tracked: bool = True) -> None:
+        self.tracked = tracked
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self.collector = collector
+        self.n = 0
+
+    def next_tuple(self) -> None:
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n if self.tracked else None)
+
+
 class Relay(BasicBolt):
     """Passes every input on, anchored (BasicBolt)."""
 
