@@ -1,126 +1,220 @@
-"""``RayTransport`` without Ray: fake actor handles whose calls finish when the test says so.
+"""``StreamTransport`` and ``Listener`` without Ray: real streams on 127.0.0.1, in one event loop,
+to receivers that finish frames when the test says so.
 
-The transport bounds the work queued toward each destination in tuples (and calls), waits for
-the oldest call when a destination is over its bound, and must stay consistent while several
-coroutines of one actor send and wait at once.
+The transport delivers each payload in order per destination and channel, only to a listener
+that knows the topology's secret; it bounds the work queued toward each destination in tuples
+(and frames), waits for credits when a destination is over its bound, survives a destination
+that dies, and stays consistent while several coroutines of one task send and wait at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import pickle
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rayflow.runtime.transport import RayTransport
+import pytest
+
+from rayflow.runtime.streams import CONTROL, DATA, Address, Listener, StreamRefused, open_stream
+from rayflow.runtime.transport import StreamTransport
+
+SECRET = b"s" * 32
 
 
-class _Ref:
-    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
-        self._future = future
+class Receiver:
+    """A task as the transport sees it: a listener that keeps what arrives, unfinished."""
 
-    def future(self) -> concurrent.futures.Future[Any]:
-        return self._future
+    def __init__(self, secret: bytes = SECRET) -> None:
+        self.frames: list[tuple[int, int, Any]] = []
+        self.unfinished: list[Callable[[], None]] = []
+        self.listener = Listener(secret, self._deliver)
+        self.address: Address = ("", 0)
 
+    async def start(self) -> Receiver:
+        self.address = await self.listener.start("127.0.0.1")
+        return self
 
-class _Method:
-    def __init__(self) -> None:
-        self.calls: list[concurrent.futures.Future[Any]] = []
+    def _deliver(self, channel: int, sender: int, frame: bytes, finished: Callable[[], None]) -> None:
+        self.frames.append((channel, sender, pickle.loads(frame)))
+        self.unfinished.append(finished)
 
-    def remote(self, payload: bytes) -> _Ref:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.calls.append(future)
-        return _Ref(future)
+    def finish(self, n: int | None = None) -> None:
+        done, self.unfinished = self.unfinished[:n], self.unfinished[len(self.unfinished[:n]) :]
+        for finished in done:
+            finished()
 
-
-class _Actor:
-    """A task actor as the transport sees it: ``push`` and ``push_control``."""
-
-    def __init__(self) -> None:
-        self.push = _Method()
-        self.push_control = _Method()
-
-    def finish(self, n: int | None = None, error: Exception | None = None) -> None:
-        for future in self.push.calls[:n]:
-            if not future.done():
-                future.set_exception(error) if error else future.set_result(None)
+    def payloads(self, channel: int = DATA) -> list[Any]:
+        return [p for c, _, p in self.frames if c == channel]
 
 
-def batch(n: int) -> tuple[int, list[Any]]:
-    return (1, [("default", [i], None) for i in range(n)])
+def batch(n: int, tag: int = 0) -> tuple[int, list[Any]]:
+    """A data payload as the transport sees it: ``len(payload[1])`` tuples."""
+    return (tag, list(range(n)))
 
 
-def transport(actors: dict[int, _Actor], max_tuples: int = 10, max_calls: int = 100) -> RayTransport:
-    return RayTransport(actors, own_task=1, max_tuples=max_tuples, max_calls=max_calls)
+async def until(condition: Callable[[], bool], secs: float = 5.0) -> None:
+    """Wait for ``condition`` with a deadline (frames cross a real socket)."""
+    deadline = asyncio.get_running_loop().time() + secs
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def transport(receivers: dict[int, Receiver], max_tuples: int = 10, max_frames: int = 100) -> StreamTransport:
+    addresses = {task: r.address for task, r in receivers.items()}
+    return StreamTransport(addresses, own_task=1, secret=SECRET, max_tuples=max_tuples, max_frames=max_frames)
+
+
+class TestDelivery:
+    def test_payloads_arrive_in_order_with_their_sender_and_channel(self):
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2})
+            for i in range(5):
+                link.send_data(2, batch(1, tag=i))
+            link.send_control(2, ("acks", 7))
+            await until(lambda: len(task2.frames) == 6)
+            assert [p[0] for p in task2.payloads(DATA)] == [0, 1, 2, 3, 4]
+            assert task2.payloads(CONTROL) == [("acks", 7)]
+            assert {sender for _, sender, _ in task2.frames} == {1}
+            assert link.calls == 6
+
+        run(scenario)
+
+    def test_a_stream_without_the_topology_secret_is_refused(self):
+        """Frames are pickles: a sender that does not know the secret gets nothing delivered."""
+
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            with pytest.raises(StreamRefused):
+                await open_stream(task2.address, b"x" * 32, 1, DATA)
+            stranger = StreamTransport({2: task2.address}, own_task=1, secret=b"x" * 32, max_tuples=10, max_frames=10)
+            stranger.send_data(2, batch(1))
+            await asyncio.sleep(0.2)
+            assert task2.frames == []
+            await asyncio.wait_for(stranger.relieve(), 5)  # the refusal frees the sender
+
+        run(scenario)
 
 
 class TestBound:
-    def test_backlog_counts_tuples_not_yet_processed(self):
-        """backlog(dest) is the tuples sent to dest whose calls have not finished."""
-        actors = {2: _Actor()}
-        link = transport(actors)
-        link.send_data(2, batch(3))
-        link.send_data(2, batch(4))
-        assert link.backlog(2) == 7
-        actors[2].finish(1)
-        assert link.backlog(2) == 4
-        assert link.backlog(3) == 0
+    def test_backlog_counts_tuples_not_yet_finished(self):
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2})
+            link.send_data(2, batch(3))
+            link.send_data(2, batch(4))
+            assert link.backlog(2) == 7
+            await until(lambda: len(task2.unfinished) == 2)
+            task2.finish(1)
+            await until(lambda: link.backlog(2) == 4)
+            assert link.backlog(3) == 0
+
+        run(scenario)
 
     def test_many_small_batches_do_not_block_below_the_tuple_bound(self):
-        """Twenty one-tuple batches toward a stuck task stay within a bound of 50 tuples: the
-        producer is not held back after a handful of tiny batches."""
-        actors = {2: _Actor()}
-        link = transport(actors, max_tuples=50)
-        for _ in range(20):
-            link.send_data(2, batch(1))
-        asyncio.run(asyncio.wait_for(link.relieve(), 1.0))  # returns at once: nothing to wait for
+        """Twenty one-tuple batches toward a stuck task stay within a bound of 50 tuples."""
 
-    def test_over_the_bound_waits_for_the_oldest_call(self):
-        """Over the bound, relieve waits until enough of the oldest calls have finished."""
-        actors = {2: _Actor()}
-        link = transport(actors, max_tuples=5)
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2}, max_tuples=50)
+            for _ in range(20):
+                link.send_data(2, batch(1))
+            await asyncio.wait_for(link.relieve(), 1.0)
 
-        async def scenario() -> bool:
+        run(scenario)
+
+    def test_over_the_bound_waits_for_the_oldest_frame(self):
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2}, max_tuples=5)
             link.send_data(2, batch(4))
             link.send_data(2, batch(4))
             waiting = asyncio.ensure_future(link.relieve())
-            await asyncio.sleep(0.01)
-            blocked = not waiting.done()
-            actors[2].finish(1)
-            await asyncio.wait_for(waiting, 1.0)
-            return blocked
+            await until(lambda: len(task2.unfinished) == 2)
+            assert not waiting.done()
+            task2.finish(1)
+            await asyncio.wait_for(waiting, 5.0)
+            assert link.backlog(2) == 4
 
-        assert asyncio.run(scenario())
-        assert link.backlog(2) == 4
+        run(scenario)
 
+    def test_a_task_sending_to_itself_is_not_held_back_by_its_own_backlog(self):
+        """A bolt subscribed to its own stream: waiting on itself would deadlock."""
+
+        async def scenario() -> None:
+            itself = await Receiver().start()
+            link = StreamTransport({1: itself.address}, own_task=1, secret=SECRET, max_tuples=2, max_frames=10)
+            for _ in range(3):
+                link.send_data(1, batch(2))
+            await asyncio.wait_for(link.relieve(), 1.0)
+            await until(lambda: len(itself.unfinished) == 3)
+            itself.finish()  # the credits of frames no longer waited for are skipped
+            link.send_data(1, batch(2))
+            await asyncio.sleep(0.1)
+            assert link.backlog(1) == 2
+
+        run(scenario)
+
+
+class TestFailures:
     def test_a_dead_destination_does_not_block_and_is_forgotten_on_replace(self):
-        """Calls to a task that died fail; relieve carries on; replace() starts the lane afresh."""
-        actors = {2: _Actor()}
-        link = transport(actors, max_tuples=1)
-        link.send_data(2, batch(3))
-        actors[2].finish(error=RuntimeError("actor died"))
-        asyncio.run(asyncio.wait_for(link.relieve(), 1.0))
-        link.send_data(2, batch(3))
-        link.replace(2, _Actor())
-        assert link.backlog(2) == 0
+        """Frames to a task that died are lost; relieve carries on; sends meanwhile are dropped;
+        replace() points the transport at the restarted task."""
+
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2}, max_tuples=1)
+            link.send_data(2, batch(3))
+            await until(lambda: len(task2.unfinished) == 1)
+            task2.listener.close()  # the task dies: its streams close
+            await asyncio.wait_for(link.relieve(), 5.0)
+            assert link.backlog(2) == 0
+            link.send_data(2, batch(3))
+            assert link.dropped == 1
+            restarted = await Receiver().start()
+            link.replace(2, restarted.address)
+            link.send_data(2, batch(2, tag=9))
+            await until(lambda: len(restarted.frames) == 1)
+            assert restarted.payloads() == [(9, [0, 1])]
+
+        run(scenario)
+
+    def test_an_unreachable_destination_drops_and_does_not_block(self):
+        async def scenario() -> None:
+            gone = await Receiver().start()
+            gone.listener.close()
+            await asyncio.sleep(0.05)
+            link = transport({2: gone}, max_tuples=1)
+            link.send_data(2, batch(5))
+            await asyncio.wait_for(link.relieve(), 5.0)
+            assert link.backlog(2) == 0
+
+        run(scenario)
 
 
 class TestConcurrency:
     def test_a_send_to_a_new_destination_while_another_coroutine_waits(self):
         """One coroutine waits in relieve for task 2; meanwhile another sends to task 3 for the
-        first time. Once task 2 catches up, relieve goes on without "dictionary changed size
-        during iteration", and task 3's lane is bounded too."""
-        actors = {2: _Actor(), 3: _Actor()}
-        link = transport(actors, max_tuples=2)
+        first time. Once both catch up, relieve goes on, and task 3's lane is bounded too."""
 
         async def scenario() -> None:
+            task2, task3 = await Receiver().start(), await Receiver().start()
+            link = transport({2: task2, 3: task3}, max_tuples=2)
             link.send_data(2, batch(5))
             waiting = asyncio.ensure_future(link.relieve())
-            await asyncio.sleep(0.01)
+            await until(lambda: len(task2.unfinished) == 1)
             link.send_data(3, batch(5))  # a new lane appears while relieve is parked on task 2
-            actors[2].finish()
-            actors[3].finish()
-            await asyncio.wait_for(waiting, 1.0)
-            await asyncio.wait_for(link.relieve(), 1.0)
+            await until(lambda: len(task3.unfinished) == 1)
+            task2.finish()
+            task3.finish()
+            await asyncio.wait_for(waiting, 5.0)
+            await asyncio.wait_for(link.relieve(), 5.0)
+            assert link.backlog(2) == link.backlog(3) == 0
 
-        asyncio.run(scenario())
-        assert link.backlog(2) == link.backlog(3) == 0
+        run(scenario)

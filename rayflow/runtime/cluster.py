@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import secrets
 import sys
 import sysconfig
 from typing import Any
@@ -101,24 +102,28 @@ def submit_topology(
     layout = topology.task_layout(config.ackers)
     shared = ray.put(topology)
     options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000, "scheduling_strategy": "SPREAD"}
+    secret = secrets.token_bytes(32)  # authenticates the streams between this topology's tasks
 
     def make_actor(task: int) -> Any:
-        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout)
+        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, secret)
 
     actors = {task: make_actor(task) for task in layout}
     try:
-        nodes = dict(zip(actors, ray.get([a.node_id.remote() for a in actors.values()]), strict=True))
+        placed = dict(zip(actors, ray.get([a.listen.remote() for a in actors.values()]), strict=True))
     except ray.exceptions.RayActorError as exc:
         for actor in actors.values():
             ray.kill(actor)
         raise TopologyError(_rebuild_problems(topology) or [f"a task could not start: {exc}"]) from None
-    ray.get([a.connect.remote(actors, nodes) for a in actors.values()])
+    nodes = {task: node for task, (node, _) in placed.items()}
+    addresses = {task: address for task, (_, address) in placed.items()}
+    ray.get([a.connect.remote(addresses, nodes) for a in actors.values()])
     spouts = {s.id for s in topology.spouts}
     supervisor = Supervisor(
         name,
         layout,
         actors,
         nodes,
+        addresses,
         make_actor,
         lambda task: layout[task] in spouts,
         config.max_task_restarts,

@@ -5,8 +5,8 @@ Every task actor holds one call that never returns (``lifeline``); when the acto
 killed, its process crashed, its node lost -- that call fails at once with the cause. A thread
 in the driver waits on all of them. For a dead task it starts a new actor under the same task
 id (the component re-built from the topology, then ``prepare``d, or ``open``ed and activated if
-the topology is active), connects it to every other task, and tells every other task to send
-to it from now on. Routing does not change, so fields-grouped keys come back to the same task.
+the topology is active), tells it where every other task listens, and tells every other task
+to send to its address from now on. Routing does not change, so fields-grouped keys come back to the same task.
 
 What the dead task held is lost: tuples queued in it, its pending trees, an acker's ledger.
 Those trees fail by timeout at their spouts and are replayed -- the at-least-once promise needs
@@ -30,6 +30,7 @@ from typing import Any
 import ray
 
 from ..topology import ACKER_COMPONENT
+from .streams import Address
 
 __all__ = ["Supervisor"]
 
@@ -63,6 +64,7 @@ class Supervisor:
         layout: dict[int, str],
         actors: dict[int, Any],
         nodes: dict[int, str],
+        addresses: dict[int, Address],
         make_actor: Callable[[int], Any],
         is_spout: Callable[[int], bool],
         max_restarts: int,
@@ -71,6 +73,7 @@ class Supervisor:
         self._layout = layout
         self.actors = actors
         self.nodes = nodes
+        self.addresses = addresses
         self._make_actor = make_actor
         self._is_spout = is_spout
         self._max_restarts = max_restarts
@@ -151,7 +154,7 @@ class Supervisor:
             self.restarts[task] += 1
             self._started_at[task] = started
             try:
-                actor, node = self._connect(task)
+                actor, node, address = self._connect(task)
             except Exception as exc:  # the new actor died too, or could not be placed
                 cause = death_cause(exc)
                 continue
@@ -161,11 +164,12 @@ class Supervisor:
             with self._lock:
                 self.actors[task] = actor
                 self.nodes[task] = node
+                self.addresses[task] = address
                 self.dead.pop(task, None)
             self._lifelines[actor.lifeline.remote()] = task
             for other, peer in list(self.actors.items()):
                 if other != task:
-                    peer.replace.remote(task, actor)  # a dead peer ignores it; its own restart connects anew
+                    peer.replace.remote(task, address)  # a dead peer ignores it; its own restart connects anew
             if self.active and self._is_spout(task):
                 actor.activate.remote()
             logger.warning(
@@ -178,16 +182,16 @@ class Supervisor:
             )
             return
 
-    def _connect(self, task: int) -> tuple[Any, str]:
-        """A new actor for ``task``, connected to every current peer."""
+    def _connect(self, task: int) -> tuple[Any, str, Address]:
+        """A new actor for ``task``, listening, and told where every current peer listens."""
         actor = self._make_actor(task)
         try:
-            node = ray.get(actor.node_id.remote(), timeout=CONNECT_TIMEOUT_SECS)
+            node, address = ray.get(actor.listen.remote(), timeout=CONNECT_TIMEOUT_SECS)
             with self._lock:
-                actors = {**self.actors, task: actor}
+                addresses = {**self.addresses, task: address}
                 nodes = {**self.nodes, task: node}
-            ray.get(actor.connect.remote(actors, nodes), timeout=CONNECT_TIMEOUT_SECS)
+            ray.get(actor.connect.remote(addresses, nodes), timeout=CONNECT_TIMEOUT_SECS)
         except Exception:
             ray.kill(actor)  # half-started: do not leave it running beside the next attempt
             raise
-        return actor, node
+        return actor, node, address

@@ -2,12 +2,15 @@
 
 It is an asyncio actor, so everything it does runs on one event loop thread and the executor
 needs no locks. The executor's lifecycle (``rayflow/executors/base.py``) is the same for every
-kind of task, so the actor never asks what kind it runs. What runs here:
+kind of task, so the actor never asks what kind it runs.
 
-- ``push`` (data batches, served one at a time in arrival order under ``_data_lock``; the call
-  returns only once its batch is executed and the results are within the transport's bound,
-  which is what makes backpressure travel upstream);
-- ``push_control`` (acker traffic, served at once, never behind the data lock);
+Ray places the actor, starts it and tells it where its peers are; tuples travel on direct
+streams between the actors (``streams.py``), not as Ray calls. What runs here:
+
+- data frames, executed one at a time in arrival order under ``_data_lock``; a frame is
+  finished (its sender credited) only once it is executed and its output is within the
+  transport's bounds, which is what makes backpressure travel upstream;
+- acker traffic, handled as it arrives, never behind the data lock;
 - background loops: the source loop of a spout (``next_tuple``), and the executor's timers
   (message-timeout rotation, tick tuples), each run under the data lock;
 - ``lifeline``, a call that never returns: the supervisor holds it to learn at once that the
@@ -19,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import pickle
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +36,12 @@ from ..config import Config
 from ..context import TopologyContext
 from ..executors import Executor, make_executor
 from ..topology import Topology
-from .transport import RayTransport
+from .streams import CONTROL, Address, Listener
+from .transport import StreamTransport
 
 __all__ = ["TaskActor"]
+
+logger = logging.getLogger("rayflow")
 
 SPOUT_BURST = 256
 """``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
@@ -48,33 +56,40 @@ default threshold (700) the cycle collector ran thousands of times a second for 
 
 
 class TaskActor:
-    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str]) -> None:
+    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str], secret: bytes) -> None:
         self._topology = topology
         self._conf = conf
         self._task_id = task_id
         self._layout = layout
+        self._secret = secret
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
         self._calls_in = 0
-        self._queued = 0
-        """``push`` calls waiting for the data lock."""
+        self._inbox: deque[tuple[bytes, Callable[[], None]]] = deque()
+        """Data frames received, not yet executed, with what finishes each."""
         self._flush_due = False
         self._flushed = 0.0
         self._control_linger = 0.0
         self._node_id = ray.get_runtime_context().get_node_id()
 
-    def node_id(self) -> str:
-        return self._node_id
+    async def listen(self) -> tuple[str, Address]:
+        """Start listening for peers' streams; returns this actor's node id and address."""
+        self._listener = Listener(self._secret, self._deliver)
+        address = await self._listener.start(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        return self._node_id, address
 
-    async def connect(self, handles: dict[int, Any], task_nodes: dict[int, str]) -> None:
-        """Build the executor once every task's actor exists, start it and its loops."""
+    async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str]) -> None:
+        """Build the executor once every task listens, start it and its loops."""
         self._data_lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._has_data = asyncio.Event()
         context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
         conf = self._conf
-        self._transport = RayTransport(handles, self._task_id, conf.max_inflight_tuples, conf.max_inflight_batches)
+        self._transport = StreamTransport(
+            addresses, self._task_id, self._secret, conf.max_inflight_tuples, conf.max_inflight_batches
+        )
         executor = make_executor(self._topology, conf, context, self._transport)
-        executor.flush_after_receive = False  # ``push`` sends data batches itself
+        executor.flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
         self._executor: Executor = executor
         self._running = True
         gc.freeze()
@@ -85,40 +100,57 @@ class TaskActor:
             self._start(self._every(period, action))
         if executor.is_source:
             self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
+        self._start(self._execute_inbox())
 
     def _start(self, coro: Any) -> None:
         self._loops.append(asyncio.get_running_loop().create_task(coro))
 
-    def replace(self, task: int, handle: Any) -> None:
-        """Task ``task`` was restarted as ``handle``: send to it from now on."""
-        self._transport.replace(task, handle)
+    def replace(self, task: int, address: Address) -> None:
+        """Task ``task`` was restarted and listens at ``address``: send to it from now on."""
+        self._transport.replace(task, address)
 
     async def lifeline(self) -> None:
         """Never returns: the call fails when this actor dies, which is how death is noticed."""
         await asyncio.Event().wait()
 
-    # -- incoming calls -----------------------------------------------------------------------
-    async def push(self, payload: bytes) -> None:
+    # -- incoming frames ------------------------------------------------------------------------
+    def _deliver(self, channel: int, sender: int, frame: bytes, finished: Callable[[], None]) -> None:
         self._calls_in += 1
-        self._queued += 1
-        async with self._data_lock:
-            self._queued -= 1
-            executor = self._executor
-            executor.receive(pickle.loads(payload))
-            if not self._queued:
-                # More batches wait for the lock: what this one produced joins theirs, and the
-                # last of them sends it (fan-out would otherwise multiply small calls).
-                executor.outbox.flush_data()
-            self._flush_later()
-            await self._transport.relieve()
-
-    async def push_control(self, payload: bytes) -> None:
-        self._calls_in += 1
-        self._executor.receive_control(pickle.loads(payload))
+        if channel != CONTROL:
+            self._inbox.append((frame, finished))
+            self._has_data.set()
+            return
+        try:
+            self._executor.receive_control(pickle.loads(frame))
+        except Exception:
+            logger.exception("task %d: acker traffic from task %d could not be handled", self._task_id, sender)
+        finished()
         if self._executor.is_source:
             self._wake.set()  # the source loop sends what waits, on its own lingers
         else:
             self._flush_later()
+
+    async def _execute_inbox(self) -> None:
+        """Execute data frames in arrival order. While more frames wait, what one produced
+        joins theirs and the last of them sends it (fan-out would otherwise multiply small
+        frames)."""
+        inbox, executor, has_data = self._inbox, self._executor, self._has_data
+        while self._running:
+            if not inbox:
+                has_data.clear()
+                await has_data.wait()
+                continue
+            frame, finished = inbox.popleft()
+            async with self._data_lock:
+                try:
+                    executor.receive(pickle.loads(frame))
+                except Exception:
+                    logger.exception("task %d: a data frame could not be executed", self._task_id)
+                if not inbox:
+                    executor.outbox.flush_data()
+                self._flush_later()
+                await self._transport.relieve()
+            finished()
 
     def _flush_later(self) -> None:
         """Send what waits in the outbox: at once if nothing went out for the control linger (or
@@ -164,10 +196,13 @@ class TaskActor:
         self._running = False
         for task in self._loops:
             task.cancel()
+        if hasattr(self, "_listener"):
+            self._listener.close()
         if not hasattr(self, "_executor"):
             return
         async with self._data_lock:
             self._executor.close()
+        self._transport.close()
 
     # -- background loops ---------------------------------------------------------------------
     async def _source_loop(self, linger: float) -> None:
@@ -224,7 +259,7 @@ class TaskActor:
             await asyncio.sleep(secs)
             async with self._data_lock:
                 action()
-                if not self._queued:
+                if not self._inbox:
                     self._executor.outbox.flush_data()
                 self._flush_later()
                 await self._transport.relieve()

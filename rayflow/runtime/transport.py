@@ -1,105 +1,215 @@
-"""``RayTransport``: a task's ``Link`` on Ray. Payloads become actor calls; the work queued toward
-each destination is bounded in tuples.
+"""``StreamTransport``: a task's ``Link`` on Ray. Payloads become frames on direct streams to
+the destination tasks (``streams.py``); the work queued toward each destination is bounded in
+tuples.
 
-Each payload is pickled by the sender (protocol 5) and travels as ``bytes``: measured, that is
-three times faster than letting Ray serialize a list argument.
+Each payload is pickled by the sender (protocol 5). A stream per destination and channel is
+opened on the first send (frames sent meanwhile wait for it) and kept.
 
-``relieve`` is the backpressure: while a destination holds more than ``max_tuples`` unprocessed
-tuples from this task (or more than ``max_calls`` unfinished calls), the sender waits for the
-oldest call to finish, so a slow bolt slows its producers down instead of queueing without
-bound. Counting tuples rather than batches matters when batches are small: a stuck task then
-stops its producer only after a sizeable backlog, not after a handful of one-tuple batches.
-``backlog(dest)`` exposes that count to load-aware groupings.
+``relieve`` is the backpressure: while a destination holds more than ``max_tuples``
+unprocessed tuples from this task (or more than ``max_frames`` unfinished frames), the sender
+waits for credits. Counting tuples rather than frames matters when frames are small: a stuck
+task then stops its producer only after a sizeable backlog, not after a handful of one-tuple
+frames. ``backlog(dest)`` exposes that count to load-aware groupings.
 
-Control calls (acker traffic) are counted apart from data, so they are never stuck behind it.
-A call to a task that died fails; what it carried is lost and its trees time out and are
-replayed, as in Storm. ``replace`` points the transport at a task's restarted actor.
+Acker traffic travels on its own streams, so it is never stuck behind data.
+
+A destination that cannot be reached -- its task died, its node is gone -- loses what was
+sent to it: its trees time out and are replayed, as in Storm. The transport reports that once
+per outage, drops what is sent meanwhile, and tries the address again after ``RETRY_SECS``;
+``replace`` points it at a task's restarted actor at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import pickle
+import time
 from collections import deque
 from typing import Any
 
-__all__ = ["RayTransport"]
+from .streams import CONTROL, CREDIT, DATA, FRAME, Address, open_stream
+
+__all__ = ["StreamTransport"]
 
 logger = logging.getLogger("rayflow")
 
+CONNECT_SECS = 10.0
+"""How long opening a stream may take before the destination counts as unreachable."""
+RETRY_SECS = 1.0
+"""After a destination was found unreachable, sends to it are dropped for this long."""
+
+_CONNECTING, _OPEN, _DOWN = range(3)
+
 
 class _Lane:
-    """Unfinished calls to one destination on one channel, and the tuples they carry."""
+    """One stream toward one destination on one channel, and the frames it has not had
+    credit for yet (oldest first, as tuple counts)."""
 
-    __slots__ = ("calls", "tuples")
+    __slots__ = (
+        "address",
+        "forgiven",
+        "frames",
+        "progress",
+        "reader",
+        "retry_at",
+        "state",
+        "tuples",
+        "waiting",
+        "writer",
+    )
 
-    def __init__(self) -> None:
-        self.calls: deque[tuple[concurrent.futures.Future[Any], int]] = deque()
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self.state = _CONNECTING
+        self.writer: asyncio.StreamWriter | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.waiting: list[bytes] = []
+        """Frames sent while the stream is being opened."""
+        self.frames: deque[int] = deque()
         self.tuples = 0
+        self.forgiven = 0
+        """Frames no longer waited for (a task sending to itself): their credits are skipped."""
+        self.progress = asyncio.Event()
+        self.retry_at = 0.0
+
+    def forget(self) -> None:
+        self.frames.clear()
+        self.waiting.clear()
+        self.tuples = 0
+        self.forgiven = 0
+        self.progress.set()
+
+    def close(self) -> None:
+        self.forget()
+        if self.reader is not None:
+            self.reader.cancel()
+        if self.writer is not None:
+            self.writer.close()
 
 
-class RayTransport:
-    def __init__(self, handles: dict[int, Any], own_task: int, max_tuples: int, max_calls: int) -> None:
+class StreamTransport:
+    def __init__(
+        self, addresses: dict[int, Address], own_task: int, secret: bytes, max_tuples: int, max_frames: int
+    ) -> None:
+        self._addresses = dict(addresses)
         self._own_task = own_task
-        self._data: dict[int, Any] = {}
-        self._control: dict[int, Any] = {}
-        self._lanes: dict[tuple[int, bool], _Lane] = {}
-        self._lost: set[int] = set()
+        self._secret = secret
         self._max_tuples = max_tuples
-        self._max_calls = max_calls
+        self._max_frames = max_frames
+        self._lanes: dict[tuple[int, int], _Lane] = {}
         self.calls = 0
-        for task, handle in handles.items():
-            self.replace(task, handle)
+        """Frames sent (the ``calls_out`` metric)."""
+        self.dropped = 0
+        """Frames dropped because their destination was unreachable."""
 
-    def replace(self, task: int, handle: Any) -> None:
-        """Send to ``handle`` for ``task`` from now on (its actor was restarted). Calls still
-        outstanding to the old actor are forgotten: they fail, and their trees time out."""
-        self._data[task] = handle.push
-        self._control[task] = handle.push_control
-        self._lanes.pop((task, False), None)
-        self._lanes.pop((task, True), None)
-        self._lost.discard(task)
+    def replace(self, task: int, address: Address) -> None:
+        """Send to ``address`` for ``task`` from now on (its actor was restarted). Frames still
+        unfinished at the old actor are forgotten: their trees time out."""
+        self._addresses[task] = address
+        for channel in (DATA, CONTROL):
+            lane = self._lanes.pop((task, channel), None)
+            if lane is not None:
+                lane.close()
 
-    def _track(self, key: tuple[int, bool], ref: Any, tuples: int) -> None:
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane()
-        lane.calls.append((ref.future(), tuples))
-        lane.tuples += tuples
-        self.calls += 1
+    def close(self) -> None:
+        for lane in self._lanes.values():
+            lane.close()
+        self._lanes.clear()
 
+    # -- sending --------------------------------------------------------------------------------
     def send_data(self, dest: int, payload: Any) -> None:
-        self._track((dest, False), self._data[dest].remote(pickle.dumps(payload, protocol=5)), len(payload[1]))
+        self._send(dest, DATA, pickle.dumps(payload, protocol=5), len(payload[1]))
 
     def send_control(self, dest: int, payload: Any) -> None:
-        self._track((dest, True), self._control[dest].remote(pickle.dumps(payload, protocol=5)), 0)
+        self._send(dest, CONTROL, pickle.dumps(payload, protocol=5), 0)
 
-    def _prune(self, key: tuple[int, bool], lane: _Lane) -> None:
-        """Forget the calls that have finished, oldest first."""
-        calls = lane.calls
-        while calls and calls[0][0].done():
-            future, tuples = calls.popleft()
-            lane.tuples -= tuples
-            if future.exception() is not None:
-                self._report_lost(key, future.exception())
+    def _send(self, dest: int, channel: int, frame: bytes, tuples: int) -> None:
+        key = (dest, channel)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(self._addresses[dest])
+            self._open(key, lane)
+        elif lane.state != _OPEN or lane.writer.is_closing():  # type: ignore[union-attr]
+            if lane.state == _OPEN:  # the stream broke; its credit reader is about to say so
+                self.dropped += 1
+                return
+            if lane.state == _DOWN:
+                if time.monotonic() < lane.retry_at:
+                    self.dropped += 1
+                    return
+                lane.state = _CONNECTING
+                self._open(key, lane)
+        self.calls += 1
+        lane.frames.append(tuples)
+        lane.tuples += tuples
+        if lane.state == _OPEN:
+            lane.writer.writelines((FRAME.pack(len(frame)), frame))  # type: ignore[union-attr]
+        else:
+            lane.waiting.append(frame)
 
-    def _report_lost(self, key: tuple[int, bool], exc: BaseException | None) -> None:
-        # Once per destination until it is replaced: a dead task fails every call sent to it.
-        if key[0] not in self._lost:
-            self._lost.add(key[0])
-            kind = "control" if key[1] else "data"
-            logger.warning("task %d: %s sent to it was lost (its trees time out and replay): %s", key[0], kind, exc)
+    def _open(self, key: tuple[int, int], lane: _Lane) -> None:
+        asyncio.get_running_loop().create_task(self._connect(key, lane))
 
+    async def _connect(self, key: tuple[int, int], lane: _Lane) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(
+                open_stream(lane.address, self._secret, self._own_task, key[1]), CONNECT_SECS
+            )
+        except Exception as exc:
+            self._down(key, lane, exc)
+            return
+        if self._lanes.get(key) is not lane:  # replaced while connecting
+            writer.close()
+            return
+        lane.writer, lane.state = writer, _OPEN
+        for frame in lane.waiting:
+            writer.writelines((FRAME.pack(len(frame)), frame))
+        lane.waiting.clear()
+        lane.reader = asyncio.get_running_loop().create_task(self._credits(key, lane, reader))
+
+    async def _credits(self, key: tuple[int, int], lane: _Lane, reader: asyncio.StreamReader) -> None:
+        """Read the destination's credits: each finishes the oldest frame not yet finished."""
+        frames, read, unpack = lane.frames, reader.readexactly, CREDIT.unpack
+        try:
+            while True:
+                (n,) = unpack(await read(CREDIT.size))
+                for _ in range(n):
+                    if lane.forgiven:
+                        lane.forgiven -= 1
+                    elif frames:
+                        lane.tuples -= frames.popleft()
+                lane.progress.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._down(key, lane, exc if not isinstance(exc, asyncio.IncompleteReadError) else None)
+
+    def _down(self, key: tuple[int, int], lane: _Lane, exc: BaseException | None) -> None:
+        if self._lanes.get(key) is not lane:
+            return  # replaced meanwhile: nothing to report
+        lost = len(lane.frames)
+        kind = "acker traffic" if key[1] == CONTROL else "data"
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "the stream closed"
+        if lost:
+            logger.warning(
+                "task %d: %d frame(s) of %s sent to it were lost (their trees time out and replay): %s",
+                key[0],
+                lost,
+                kind,
+                why,
+            )
+        lane.state = _DOWN
+        lane.retry_at = time.monotonic() + RETRY_SECS
+        lane.reader = None  # when called from the credit reader, it ends by itself
+        lane.close()
+        lane.writer = None
+
+    # -- bounds ---------------------------------------------------------------------------------
     def backlog(self, dest: int) -> int:
         """Tuples sent to ``dest`` that it has not finished processing."""
-        lane = self._lanes.get((dest, False))
-        if lane is None:
-            return 0
-        self._prune((dest, False), lane)
-        return lane.tuples
+        lane = self._lanes.get((dest, DATA))
+        return 0 if lane is None else lane.tuples
 
     async def relieve(self) -> None:
         """Wait until no destination is over its bound.
@@ -111,14 +221,14 @@ class RayTransport:
                 lane = self._lanes.get(key)
                 if lane is None:
                     break
-                self._prune(key, lane)
-                if not lane.calls or (lane.tuples <= self._max_tuples and len(lane.calls) <= self._max_calls):
+                outstanding = len(lane.frames)
+                if not outstanding or (lane.tuples <= self._max_tuples and outstanding <= self._max_frames):
                     break
                 if key[0] == self._own_task:
                     # A bolt fed by its own stream: waiting on itself would deadlock, so stop
-                    # tracking the oldest call instead (it still runs; only the bound is lifted).
-                    _, tuples = lane.calls.popleft()
-                    lane.tuples -= tuples
+                    # waiting for the oldest frame (it still runs; only the bound is lifted).
+                    lane.tuples -= lane.frames.popleft()
+                    lane.forgiven += 1
                     continue
-                with contextlib.suppress(Exception):  # a failure is reported by _prune
-                    await asyncio.wrap_future(lane.calls[0][0])
+                lane.progress.clear()
+                await lane.progress.wait()
