@@ -67,15 +67,14 @@ class Config(BaseModel):
     batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")
     """Tuples per batch sent to one task: a batch is sent as soon as it is full."""
     linger_ms: float = Field(8.0, gt=0, alias="rayflow.batch.linger.ms")
-    """A data batch that is not full is sent after at most this long. A Ray call costs about a
-    millisecond of CPU on each side on a small machine, so lingers, not batch size, set the call
-    rate of a topology that is not saturated: 8 ms here and 16 ms for acker traffic halved the
-    calls of the word count at half its top rate and its complete latency with them."""
+    """A data batch that is not full is sent after at most this long. Below saturation lingers,
+    not batch size, set how many frames a topology sends; each costs tens of microseconds of
+    CPU on both sides, and a longer linger adds to the complete latency."""
     control_linger_ms: float = Field(16.0, gt=0, alias="rayflow.control.linger.ms")
     """Under load, acker traffic (acks to the ackers, results to the spouts) is sent at most once
     per this period per task; when a task has sent nothing for this long it goes at once."""
     max_inflight_batches: int = Field(64, ge=1, alias="rayflow.max.inflight.batches")
-    """Unfinished calls a task may have outstanding to one destination before it waits."""
+    """Unfinished batches (frames) a task may have outstanding to one destination before it waits."""
     max_inflight_tuples: int = Field(20_000, ge=1, alias="rayflow.max.inflight.tuples")
     """Unprocessed tuples a task may have queued toward one destination before it waits: the
     backlog a stuck task may build before its producers stop."""
