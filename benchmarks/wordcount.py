@@ -100,7 +100,7 @@ def run_rayflow(
         "seconds": elapsed,
         "words_per_s": expected / elapsed,
         "complete_latency_ms": spout["complete_latency_ms"] if ackers else None,
-        "ray_calls": sum(m["calls_out"] for m in metrics.values()),
+        "frames": sum(m["calls_out"] for m in metrics.values()),
     }
 
 

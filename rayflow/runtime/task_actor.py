@@ -73,9 +73,14 @@ class TaskActor:
         self._node_id = ray.get_runtime_context().get_node_id()
 
     async def listen(self) -> tuple[str, Address]:
-        """Start listening for peers' streams; returns this actor's node id and address."""
+        """Start listening for peers' streams; returns this actor's node id and address (the
+        node's IP as Ray knows it, where peers on other nodes can reach it)."""
         self._listener = Listener(self._secret, self._deliver)
-        address = await self._listener.start(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        try:
+            address = await self._listener.start(host)
+        except OSError:  # an address this host cannot bind (behind NAT): listen on every interface
+            address = (host, (await self._listener.start("0.0.0.0"))[1])
         return self._node_id, address
 
     async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str]) -> None:
