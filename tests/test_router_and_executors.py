@@ -575,6 +575,71 @@ class TestMaxSpoutPending:
         wire = Wire(builder.create_topology(), {"max_spout_pending": 2, "ackers": 0})
         assert wire.task("numbers").run_burst(10) == 10
 
+    def test_budget_counts_trees_of_every_age(self):
+        """Trees that moved to an older cohort of the pending map still count against the limit."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Endless())
+        builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 3})
+        spout = wire.task("numbers")
+        assert spout.run_burst(2) == 2
+        wire.advance(wire.conf.message_timeout_secs / 4)  # one rotation: both trees age
+        assert spout.run_burst(10) == 1
+        assert not spout.wants_next_tuple()
+
+
+class TestSpoutAcks:
+    """What the spout does with the acker's results, in bulk."""
+
+    def test_every_ack_reaches_the_spout_and_is_counted(self):
+        """A burst of trees acked together: each msg_id acked once, and counted; a
+        sample of them (chosen by root) gives the complete latency, and no emit time is left
+        behind once they are done."""
+        wire = Wire(wordcount())
+        for i in range(200):
+            wire.spout().feed(f"sentence {i}", msg_id=i)
+        wire.run()
+        spout = wire.task("sentences")
+        assert sorted(wire.spout().acked) == list(range(200))
+        assert spout.metrics.acked == 200
+        complete = spout.metrics.latencies["complete_latency_ms"]
+        assert 0 < complete.count < 200
+        assert spout._started == {}
+
+    def test_a_raising_ack_is_reported_and_the_others_still_acked(self):
+        """An exception in the user's ack is counted and logged; the rest of the batch goes on."""
+
+        class Picky(Sentences):
+            def ack(self, msg_id: Any) -> None:
+                if msg_id == 3:
+                    raise ValueError("not that one")
+                super().ack(msg_id)
+
+        wire = Wire(pipeline(BasicSplit(), spout=Picky()))
+        for i in range(6):
+            wire.spout().feed(f"s{i}", msg_id=i)
+        wire.run()
+        spout = wire.task("sentences")
+        assert wire.spout().acked == [0, 1, 2, 4, 5]
+        assert spout.metrics.acked == 6
+        assert spout.metrics.errors == 1
+        assert "ack raised: ValueError: not that one" in spout.metrics.last_error
+
+    def test_failed_and_timed_out_trees_leave_no_emit_time(self):
+        """The sampled emit times of trees that fail or time out are dropped with them."""
+        wire = Wire(pipeline(BasicSplit()))
+        for i in range(64):
+            wire.spout().feed("fail", msg_id=i)
+        wire.run()
+        assert sorted(wire.spout().failed) == list(range(64))
+        held = Wire(pipeline(Hold()))
+        for i in range(64):
+            held.spout().feed("slow", msg_id=i)
+        held.run()
+        held.advance(1.25 * held.conf.message_timeout_secs)
+        assert sorted(held.spout().failed) == list(range(64))
+        assert wire.task("sentences")._started == {} == held.task("sentences")._started
+
 
 class TestSpoutLifecycle:
     def test_inactive_spout_is_not_asked(self):
