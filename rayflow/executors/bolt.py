@@ -87,6 +87,7 @@ class BoltExecutor(Emitter):
         mails = self.outbox.acker_mails
         n_ackers = len(mails)
         perf = time.perf_counter
+        new_tuple = object.__new__
         started = batch_started = perf()
         failed = 0
         timed = self._timed if basic is None and len(self._timed) < MAX_TIMED else None
@@ -98,7 +99,16 @@ class BoltExecutor(Emitter):
             if len(source.fields) == 1:
                 column = [[v] for v in column]
             for values, root, val in zip(column, tree_values, tree_values, strict=False):
-                tup = Tuple(values, source, root, val) if root or not val else Tuple(values, source, joined[val - 1])
+                if root or not val:
+                    # Tuple(values, source, root, val) without a class call (which packs an
+                    # argument tuple and runs an __init__ frame): once per input tuple.
+                    tup = new_tuple(Tuple)
+                    tup.values = values
+                    tup._source = source
+                    tup._tree = root
+                    tup._val = val
+                else:
+                    tup = Tuple(values, source, joined[val - 1])
                 if timed is not None:  # a plain bolt's first tuple: its ack may come later
                     timed[tup] = started
                     timed = None
@@ -117,15 +127,16 @@ class BoltExecutor(Emitter):
                     self.fail(tup)
                     failed += 1
                     continue
-                # A BasicBolt returned: ack its input, inline.
-                tree = tup._tree
-                if tree.__class__ is int:
-                    if tree:
-                        acks = mails[tree % n_ackers].acks
-                        acks[tree] = acks.get(tree, 0) ^ tup._val
+                # A BasicBolt returned: ack its input, inline. (Its tree is still ``root``, or
+                # ``joined[val - 1]``: a BasicBolt has no way to ack or fail it itself.)
+                if root:
+                    acks = mails[root % n_ackers].acks
+                    acks[root] = acks.get(root, 0) ^ tup._val
                     tup._tree = None
-                else:
+                elif val:
                     self._ack_trees(tup)
+                else:
+                    tup._tree = None
             if started:
                 if begin < end:
                     done = perf() - started
