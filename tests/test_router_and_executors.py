@@ -211,6 +211,28 @@ class Relay(Bolt):
         self.collector = collector
 
 
+class BasicRelay(BasicBolt):
+    """Relay as a BasicBolt: its collector is the executor's ``BasicOutputCollector``."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        Streams().declare_output_fields(declarer)
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        pass
+
+
+class Echo(BasicBolt):
+    """Emits each input's first value again, on "default" and on "audit" (which nobody reads)."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+        declarer.declare_stream("audit", ["value"])
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        assert collector.emit([tup[0]], stream="audit") == []
+        collector.emit([tup[0]])
+
+
 # -- topologies ---------------------------------------------------------------------------------
 
 
@@ -232,10 +254,10 @@ def pipeline(bolt: Bolt | BasicBolt, downstream: Bolt | None = None, spout: Spou
     return builder.create_topology()
 
 
-def streams_topology() -> Topology:
+def streams_topology(relay: Bolt | BasicBolt | None = None) -> Topology:
     builder = TopologyBuilder()
     builder.set_spout("streams", Streams())
-    builder.set_bolt("relay", Relay()).shuffle_grouping("streams")
+    builder.set_bolt("relay", relay or Relay()).shuffle_grouping("streams")
     builder.set_bolt("sink", Hold(), parallelism=2).shuffle_grouping("streams").direct_grouping(
         "streams", stream="picked"
     ).shuffle_grouping("relay").direct_grouping("relay", stream="picked")
@@ -279,7 +301,15 @@ def bolt_collector() -> tuple[Wire, BoltExecutor, OutputCollector]:
     return wire, executor, executor.collector
 
 
-@pytest.mark.parametrize("make", [spout_collector, bolt_collector], ids=["spout", "bolt"])
+def basic_bolt_collector() -> tuple[Wire, BoltExecutor, BasicOutputCollector]:
+    wire = Wire(streams_topology(BasicRelay()))
+    executor = wire.task("relay")
+    return wire, executor, executor.bolt.basic_collector
+
+
+@pytest.mark.parametrize(
+    "make", [spout_collector, bolt_collector, basic_bolt_collector], ids=["spout", "bolt", "basic bolt"]
+)
 class TestEmitErrors:
     """Emits that the declarations forbid raise EmitError at the call, and send nothing."""
 
@@ -467,6 +497,43 @@ class TestBasicBolt:
         assert bolt.metrics.errors == 1
         assert "ValueError: a bug in user code" in bolt.metrics.last_error
         assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (2, 1, 1)
+
+    def test_emits_of_a_joined_input_join_its_trees(self):
+        """An input in two trees (the general emit path): its emits keep both trees open."""
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("join", Join()).shuffle_grouping("sentences")
+        builder.set_bolt("echo", Echo()).shuffle_grouping("join")
+        builder.set_bolt("hold", Hold()).shuffle_grouping("echo")
+        wire = Wire(builder.create_topology())
+        wire.spout().feed("left", msg_id="L")
+        wire.spout().feed("right", msg_id="R")
+        wire.run()
+        hold = wire.bolts("hold")[0]
+        (echoed,) = hold.held
+        assert echoed["value"] == "left+right" and len(echoed._tree) == 2
+        assert wire.spout().acked == []
+        hold.collector.ack(echoed)
+        wire.settle()
+        assert sorted(wire.spout().acked) == ["L", "R"]
+        assert wire.task("echo").metrics.emitted == 2
+
+    def test_emit_outside_execute_is_unanchored(self):
+        """With no input being executed (in prepare, say), an emit joins no tree; within
+        execute, on every stream, it joins the input's."""
+        wire = Wire(pipeline(Echo(), downstream=Hold()))
+        echo = wire.task("bolt")
+        assert echo.bolt.basic_collector.emit(["loose"]) == [wire.tasks("downstream")[0].task_id]
+        wire.spout().feed("anchored", msg_id=1)
+        wire.run()
+        hold = wire.bolts("downstream")[0]
+        loose, anchored = hold.held
+        assert (loose["value"], loose._tree) == ("loose", 0)
+        assert anchored["value"] == "anchored" and anchored._tree
+        assert echo.metrics.emitted == 3
+        hold.collector.ack(anchored)
+        wire.settle()
+        assert wire.spout().acked == [1]
 
     def test_plain_bolt_exception_fails_the_input(self):
         """An exception from a plain Bolt's execute fails the input too."""
