@@ -35,6 +35,8 @@ from array import array
 from collections import defaultdict
 from typing import NamedTuple
 
+from .anchoring import ID_TYPECODE
+
 __all__ = ["AckLedger", "Outcome", "Settled"]
 
 ACKER_BUCKETS = 3
@@ -71,8 +73,8 @@ class AckLedger:
 
     def _allocate(self, capacity: int) -> None:
         self._mask = capacity - 1
-        self._roots = array("Q", bytes(8 * capacity))
-        self._vals = array("Q", bytes(8 * capacity))
+        self._roots = array(ID_TYPECODE, bytes(8 * capacity))
+        self._vals = array(ID_TYPECODE, bytes(8 * capacity))
         self._owners = array("I", bytes(4 * capacity))
         self._stamps = bytearray(b"\xff") * capacity
         self._count = 0

@@ -22,6 +22,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from .anchoring import ID_TYPECODE
+
 __all__ = ["AckerMail", "DataBatch", "DataPayload", "Outbox", "SpoutMail"]
 
 DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
@@ -34,8 +36,8 @@ DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dic
   (most streams: it saves a list per tuple on both sides of the wire);
 - ``trees[2i], trees[2i+1]``, 64-bit unsigned, are its root and its ``Tuple._val``; root 0
   with value 0 is a tuple in no tree, root 0 with value ``k`` one in several trees, whose
-  ``{root: edge}`` is ``joined[k - 1]``. (An array pickles at the cost of a copy; the same
-  numbers in a list cost ten times more.)"""
+  ``{root: edge}`` is ``joined[k - 1]``. (An array -- typecode ``anchoring.ID_TYPECODE`` --
+  pickles at the cost of a copy; the same numbers in a list cost ten times more.)"""
 
 
 class DataBatch:
@@ -74,7 +76,7 @@ class DataBatch:
     def take(self, task_id: int) -> DataPayload:
         """The payload of everything added so far, leaving the batch empty."""
         self.ends.append(len(self.values))
-        payload = (task_id, self.values, array("Q", self.trees), self.streams, self.ends, self.joined)
+        payload = (task_id, self.values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
         self._reset()
         return payload
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayflow.ack_ledger import AckLedger, Outcome, Settled
-from rayflow.anchoring import anchor, new_id, tree_acks
+from rayflow.anchoring import ID_TYPECODE, anchor, new_id, tree_acks
 from rayflow.outbox import Outbox
 from rayflow.tuple import Tuple, TupleSource
 
@@ -421,6 +422,14 @@ class TestFlatTable:
                 got, expected = sorted(got), sorted(expected)
             assert got == expected, (name, args)
             assert len(ledger) == len(model.trees)
+
+    def test_full_64_bit_ids(self):
+        """Roots and checksums use all 64 bits (the arrays' typecode holds them unsigned)."""
+        assert array(ID_TYPECODE).itemsize == 8
+        ledger = AckLedger()
+        top = 2**64 - 1
+        assert ledger.apply(SPOUT_TASK, [top, top, top - 1, 1 << 63], {}, []) == {}
+        assert ledger.apply(1, [], {top: top, top - 1: 1 << 63}, []) == {SPOUT_TASK: ([top, top - 1], [])}
 
     def test_many_trees_then_none(self):
         """The table grows to hold many trees and gives the memory back once they are gone."""

@@ -8,7 +8,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from ..anchoring import anchor, getrandbits, new_id, tree_acks
+from ..anchoring import ID_TYPECODE, anchor, getrandbits, new_id, tree_acks
 from ..collectors import OutputCollector
 from ..components import BasicBolt, Bolt
 from ..errors import FailedException
@@ -161,7 +161,7 @@ class BoltExecutor(Emitter):
 
     def tick(self, freq_secs: float) -> None:
         """Deliver a tick tuple (untracked; acking or failing it is harmless)."""
-        self.receive((_TICK_SOURCE, [freq_secs], array("Q", [0, 0]), [TICK_STREAM], [1], []))
+        self.receive((_TICK_SOURCE, [freq_secs], array(ID_TYPECODE, [0, 0]), [TICK_STREAM], [1], []))
 
     # -- output -------------------------------------------------------------------------------
     def emit_input(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
