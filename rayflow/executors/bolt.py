@@ -172,7 +172,7 @@ class BoltExecutor(Emitter):
         is ``emit``'s fast path again, written inline; anything else goes through ``emit``."""
         tup = self._input_collector.input
         route = self.routes.get(stream)
-        if route is None or route.direct or len(values) != route.arity or tup is None:
+        if route is None or len(values) != route.emit_arity or tup is None:
             return self.emit(stream, values, tup, None)
         root = tup._tree
         if root.__class__ is not int:  # in several trees (or acked already): the general path
@@ -188,12 +188,12 @@ class BoltExecutor(Emitter):
         else:
             targets = []
         self.metrics.emitted += 1
-        if self.observer is not None or self.debug:
+        if self._watched:
             self._emitted(stream, values, targets)
         if not targets:
             return []
         stream = route.stream
-        item = values[0] if route.arity == 1 else values
+        item = values[0] if route.single else values
         batches = self._batches
         for task in targets:  # as in ``emit``
             batch = batches[task]
@@ -217,7 +217,7 @@ class BoltExecutor(Emitter):
         once per emitted tuple; the one-anchor, one-root case (every ``BasicBolt`` emit) takes
         no helper call at all."""
         route = self.routes.get(stream)
-        if route is None or direct_task is not None or route.direct or len(values) != route.arity:
+        if route is None or direct_task is not None or len(values) != route.emit_arity:
             route, targets = self._checked_targets(stream, values, direct_task)
         elif route.subscribed:
             key = route.key
@@ -230,12 +230,12 @@ class BoltExecutor(Emitter):
         else:
             targets = []
         self.metrics.emitted += 1
-        if self.observer is not None or self.debug:
+        if self._watched:
             self._emitted(stream, values, targets)
         if not targets:
             return []
         stream = route.stream
-        item = values[0] if route.arity == 1 else values
+        item = values[0] if route.single else values
         batches = self._batches
         size = self.outbox.batch_size
         if anchors.__class__ is Tuple and anchors._tree.__class__ is int:

@@ -131,7 +131,7 @@ class SpoutExecutor(Emitter):
         """Route, then send to every target; a tracked tuple starts a tree. Flat on purpose:
         this runs once per spout tuple."""
         route = self.routes.get(stream)
-        if route is None or direct_task is not None or route.direct or len(values) != route.arity:
+        if route is None or direct_task is not None or len(values) != route.emit_arity:
             route, targets = self._checked_targets(stream, values, direct_task)
         elif route.subscribed:
             key = route.key
@@ -145,10 +145,10 @@ class SpoutExecutor(Emitter):
             targets = []
         self.exhausted = False
         self.metrics.emitted += 1
-        if self.observer is not None or self.debug:
+        if self._watched:
             self._emitted(stream, values, targets, msg_id)
         stream = route.stream
-        item = values[0] if route.arity == 1 else values
+        item = values[0] if route.single else values
         batches = self._batches
         size = self.outbox.batch_size
         root = val = 0
