@@ -9,7 +9,7 @@ that owns the tree and whether the tree has failed. Messages, and the outcome ea
 - ``fail(root)`` -- the tree failed: reported to the spout at once.
 - ``reset_timeout(root)`` -- keep the tree alive: refreshes its expiry here and at the spout.
 
-``apply(spout_task, inits, acks, fails)`` takes a whole control payload's inits, acks and fails
+``apply(spout_task, inits, acks, fails)`` takes a whole acker payload's inits, acks and fails
 at once -- exactly as calling ``init``, ``ack`` and ``fail`` on each in that order -- and returns
 the settled roots grouped by spout task: what the acker executor runs, because the per-message
 calls and ``Outcome`` objects cost more than the bookkeeping itself.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from .anchoring import ID_TYPECODE
@@ -134,10 +135,11 @@ class AckLedger:
         self._owners[i] |= _FAILED
         return self._settle(i)
 
-    def apply(self, spout_task: int, inits: list[int], acks: dict[int, int], fails: list[int]) -> Settled:
-        """One control payload: ``inits`` flat ``(root, val, root, val, ...)`` from
-        ``spout_task``, then ``acks`` (root -> val) and ``fails``, each applied as ``init``,
-        ``ack`` and ``fail`` would be, in that order. Returns the trees settled, per spout task.
+    def apply(self, spout_task: int, inits: Sequence[int], acks: Sequence[int], fails: Sequence[int]) -> Settled:
+        """One acker payload (``outbox.AckerPayload``): ``inits`` flat ``(root, val, root, val,
+        ...)`` from ``spout_task``, then ``acks``, flat the same way, and ``fails``, each
+        applied as ``init``, ``ack`` and ``fail`` would be, in that order. Returns the trees
+        settled, per spout task.
 
         The two loops are ``_slot`` and ``_settle`` written inline (with the arrays in locals):
         they run once per acker message, the acker's whole cost. A new root that would make the
@@ -177,7 +179,8 @@ class AckLedger:
             # Settled (acks overtook the init, or the tree failed): index 0 acked, 1 failed.
             settled[owner >> 1][owner & _FAILED].append(root)
             self._remove(i)
-        for root, val in acks.items():
+        pairs = iter(acks)
+        for root, val in zip(pairs, pairs, strict=False):
             i = root & mask
             r = roots[i]
             while r != root and r:

@@ -9,7 +9,7 @@ touched again expires after between ``(buckets - 1) * T`` and ``buckets * T``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from typing import Generic, TypeVar
 
@@ -77,7 +77,7 @@ class RotatingMap(Generic[K, V]):
                 return value  # type: ignore[return-value]
         return default
 
-    def pop_each(self, keys: list[K]) -> list[V | None]:
+    def pop_each(self, keys: Sequence[K]) -> list[V | None]:
         """``[pop(key) for key in keys]``, for hot paths: the keys found in the newest bucket
         (usually most of them) are popped at C speed. Values must not be ``None``."""
         newest = self._buckets[0]

@@ -100,6 +100,11 @@ def expected_outcomes(dag: TupleDag, roots: list[int], order: list[Message]) -> 
     return expected
 
 
+def flat(pairs: dict[int, int]) -> list[int]:
+    """``{root: val}`` as the wire carries it: root, val, root, val, ..."""
+    return [x for pair in pairs.items() for x in pair]
+
+
 def settled_outcomes(settled: Settled) -> list[Outcome]:
     """``AckLedger.apply``'s answer as the ``Outcome`` list of the one-message calls."""
     return [
@@ -110,13 +115,12 @@ def settled_outcomes(settled: Settled) -> list[Outcome]:
     ]
 
 
-def apply_one_by_one(
-    ledger: AckLedger, sender: int, inits: list[int], acks: dict[int, int], fails: list[int]
-) -> Settled:
+def apply_one_by_one(ledger: AckLedger, sender: int, inits: list[int], acks: list[int], fails: list[int]) -> Settled:
     """What ``apply`` must answer, from the one-message calls in its order: inits, acks, fails."""
     pairs = iter(inits)
     outcomes = [ledger.init(root, val, sender) for root, val in zip(pairs, pairs, strict=False)]
-    outcomes += [ledger.ack(root, val) for root, val in acks.items()]
+    pairs = iter(acks)
+    outcomes += [ledger.ack(root, val) for root, val in zip(pairs, pairs, strict=False)]
     outcomes += [ledger.fail(root) for root in fails]
     settled: Settled = {}
     for outcome in filter(None, outcomes):
@@ -339,7 +343,7 @@ class TestRandomDags:
             for dest, (sender, inits, acks, fails, _resets) in sent:
                 assert dest == ACKER_TASK
                 if sender == 1:
-                    assert len(acks) == len({m.root for m in batch if m.kind == "ack"})
+                    assert len(acks) == 2 * len({m.root for m in batch if m.kind == "ack"})
                 outcomes += settled_outcomes(ledger.apply(sender, inits, acks, fails))
             sent.clear()
             for outcome in outcomes:
@@ -428,8 +432,8 @@ class TestFlatTable:
         assert array(ID_TYPECODE).itemsize == 8
         ledger = AckLedger()
         top = 2**64 - 1
-        assert ledger.apply(SPOUT_TASK, [top, top, top - 1, 1 << 63], {}, []) == {}
-        assert ledger.apply(1, [], {top: top, top - 1: 1 << 63}, []) == {SPOUT_TASK: ([top, top - 1], [])}
+        assert ledger.apply(SPOUT_TASK, [top, top, top - 1, 1 << 63], [], []) == {}
+        assert ledger.apply(1, [], [top, top, top - 1, 1 << 63], []) == {SPOUT_TASK: ([top, top - 1], [])}
 
     def test_many_trees_then_none(self):
         """The table grows to hold many trees and gives the memory back once they are gone."""
@@ -465,8 +469,9 @@ class TestApply:
         """Same trees settled, per spout task and in the same order; same trees left pending and
         forgotten, whatever collides, overtakes, fails or expires."""
         batched, single = AckLedger(), AckLedger()
-        for n, (sender, init_pairs, acks, fails) in enumerate(payloads):
+        for n, (sender, init_pairs, ack_of, fails) in enumerate(payloads):
             inits = [x for pair in init_pairs for x in pair]
+            acks = [x for pair in ack_of.items() for x in pair]
             assert batched.apply(sender, inits, acks, fails) == apply_one_by_one(single, sender, inits, acks, fails)
             assert len(batched) == len(single)
             if n % rotate_every == 0:
@@ -484,9 +489,9 @@ class TestApply:
         late = {root: edges[root] for root in roots if root not in early and root not in failing}
         batched, single = AckLedger(), AckLedger()
         plays = [
-            (7, [], early, []),
-            (5, [x for root in roots for x in (root, edges[root])], {}, failing),
-            (8, [], late, []),
+            (7, [], flat(early), []),
+            (5, flat({root: edges[root] for root in roots}), [], failing),
+            (8, [], flat(late), []),
         ]
         for sender, inits, acks, fails in plays:
             assert batched.apply(sender, inits, acks, fails) == apply_one_by_one(single, sender, inits, acks, fails)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ack_ledger import AckLedger
+from ..outbox import AckerPayload
 from .base import Executor, Timer
 
 __all__ = ["AckerExecutor"]
@@ -17,7 +18,7 @@ class AckerExecutor(Executor):
         super().__init__(*args, **kwargs)
         self.ledger = AckLedger()
 
-    def receive_control(self, payload: tuple[int, list[int], dict[int, int], list[int], list[int]]) -> None:
+    def receive_control(self, payload: AckerPayload) -> None:
         """One payload from one sender: its inits, acks and fails go to the ledger in one call
         (``AckLedger.apply``), and each spout task's settled trees join its mail in one step."""
         sender, inits, acks, fails, resets = payload
@@ -33,7 +34,7 @@ class AckerExecutor(Executor):
             owner = ledger.reset_timeout(root)
             if owner is not None:
                 outbox.spout(owner).resets.append(root)
-        metrics.executed += len(inits) // 2 + len(acks) + len(fails) + len(resets)
+        metrics.executed += (len(inits) + len(acks)) // 2 + len(fails) + len(resets)
 
     def rotate(self) -> None:
         self.ledger.rotate()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..anchoring import getrandbits, new_id
 from ..collectors import SpoutOutputCollector
 from ..components import Spout
+from ..outbox import SpoutPayload
 from ..rotating_map import RotatingMap
 from .base import Emitter, Timer
 
@@ -185,7 +187,7 @@ class SpoutExecutor(Emitter):
             self._ack(msg_id)
 
     # -- results ------------------------------------------------------------------------------
-    def receive_control(self, payload: tuple[list[int], list[int], list[int]]) -> None:
+    def receive_control(self, payload: SpoutPayload) -> None:
         acked, failed, resets = payload
         pending = self.pending
         if acked:
@@ -200,7 +202,7 @@ class SpoutExecutor(Emitter):
             if msg_id is not None:
                 pending.put(root, msg_id)
 
-    def _acked(self, roots: list[int], msg_ids: list[Any]) -> None:
+    def _acked(self, roots: Sequence[int], msg_ids: list[Any]) -> None:
         """Call ``ack`` for each tree acked (``msg_ids[i]`` is ``roots[i]``'s, ``None`` if it
         timed out already). Flat on purpose, with ``_ack`` and ``_call`` inline: this runs once
         per spout tuple."""
