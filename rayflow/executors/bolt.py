@@ -208,7 +208,7 @@ class BoltExecutor(Emitter):
             batch.values.append(item)
             if len(batch.values) >= self.outbox.batch_size:
                 self.outbox.send_batch(task)
-        return targets[:]
+        return targets.copy()
 
     def emit(
         self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None
@@ -254,7 +254,7 @@ class BoltExecutor(Emitter):
                 batch.values.append(item)
                 if len(batch.values) >= size:
                     self.outbox.send_batch(task)
-            return targets[:]
+            return targets.copy()
         if anchors is None:
             anchors = []
         elif anchors.__class__ is Tuple:
@@ -267,7 +267,7 @@ class BoltExecutor(Emitter):
             batch.values.append(item)
             if len(batch.values) >= size:
                 self.outbox.send_batch(task)
-        return targets[:]
+        return targets.copy()
 
     def _ack_trees(self, tup: Tuple) -> None:
         ack = self.outbox.ack

@@ -175,10 +175,10 @@ class SpoutExecutor(Emitter):
         if root:
             mails = self.outbox.acker_mails
             mails[root % len(mails)].inits += (root, val)
-            self.pending.add(root, msg_id)
+            self.pending.newest[root] = msg_id  # ``pending.add``, inline
             if not root & LATENCY_SAMPLE_MASK:
                 self._started[root] = time.perf_counter()
-        return targets[:]
+        return targets.copy()
 
     def _deliver_acked_at_emit(self) -> None:
         """With ``ackers=0`` a tracked emit is acked as soon as ``next_tuple`` returns."""
