@@ -9,6 +9,7 @@ the spout emits, and what must be acked or failed.
 from __future__ import annotations
 
 import pickle
+from array import array
 from collections import deque
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rayflow.anchoring import ID_TYPECODE
 from rayflow.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
 from rayflow.config import Config
@@ -534,6 +536,21 @@ class TestBasicBolt:
         hold.collector.ack(anchored)
         wire.settle()
         assert wire.spout().acked == [1]
+
+    def test_acks_of_interleaved_trees(self):
+        """Acks of inputs whose trees alternate, with a failure between them, still reach the
+        acker as one XOR per tree, and the failure as a fail."""
+        wire = Wire(pipeline(BasicSplit()))
+        bolt = wire.task("bolt")
+        spout_task = wire.tasks("sentences")[0].task_id
+        a, b = 0xA1 << 40, 0xB2 << 40
+        edges = [0x11, 0x22, 0x44, 0x88, 0x1100]
+        trees = array(ID_TYPECODE, [a, edges[0], b, edges[1], a, edges[2], a, edges[3], b, edges[4]])
+        bolt.receive((spout_task, ["x", "y", "fail", "z", "w"], trees, ["default"], [5], []))
+        (mail,) = bolt.outbox.acker_mails
+        assert mail.acks == {a: edges[0] ^ edges[3], b: edges[1] ^ edges[4]}
+        assert mail.fails == [a]
+        assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (5, 4, 1)
 
     def test_plain_bolt_exception_fails_the_input(self):
         """An exception from a plain Bolt's execute fails the input too."""
