@@ -11,6 +11,8 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections import deque
+from functools import reduce
+from operator import xor
 from typing import Any
 
 import pytest
@@ -544,13 +546,15 @@ class TestBasicBolt:
         bolt = wire.task("bolt")
         spout_task = wire.tasks("sentences")[0].task_id
         a, b = 0xA1 << 40, 0xB2 << 40
-        edges = [0x11, 0x22, 0x44, 0x88, 0x1100]
-        trees = array(ID_TYPECODE, [a, edges[0], b, edges[1], a, edges[2], a, edges[3], b, edges[4]])
-        bolt.receive((spout_task, ["x", "y", "fail", "z", "w"], trees, ["default"], [5], []))
+        inputs = [("x", a), ("y", a), ("z", b), ("fail", a), ("v", a), ("w", b), ("u", b), ("t", a)]
+        edges = [1 << (5 * i) for i in range(len(inputs))]
+        trees = array(ID_TYPECODE, [x for (_, root), edge in zip(inputs, edges, strict=True) for x in (root, edge)])
+        bolt.receive((spout_task, [value for value, _ in inputs], trees, ["default"], [len(inputs)], []))
         (mail,) = bolt.outbox.acker_mails
-        assert mail.acks == {a: edges[0] ^ edges[3], b: edges[1] ^ edges[4]}
+        acked = [(root, edge) for (value, root), edge in zip(inputs, edges, strict=True) if value != "fail"]
+        assert mail.acks == {r: reduce(xor, (e for root, e in acked if root == r)) for r in (a, b)}
         assert mail.fails == [a]
-        assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (5, 4, 1)
+        assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (8, 7, 1)
 
     def test_plain_bolt_exception_fails_the_input(self):
         """An exception from a plain Bolt's execute fails the input too."""
@@ -906,6 +910,24 @@ class FieldsCount(Bolt):
         self.collector.ack(tup)
 
 
+class BasicFieldsCount(BasicBolt):
+    """FieldsCount as a BasicBolt: acked on return, failed by raising."""
+
+    outputs = ["word", "count"]
+
+    def __init__(self, fail_word: str) -> None:
+        self.fail_word = fail_word
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        if tup["word"] == self.fail_word:
+            raise FailedException(self.fail_word)
+        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + 1
+        collector.emit([tup["word"], self.counts[tup["word"]]])
+
+
 class TestRandomTopologies:
     """Word counts of random sizes and shapes, run through the executors' real paths (columnar
     batches cut at random sizes, fields keys remembered, BasicBolt inline acking, several
@@ -920,12 +942,14 @@ class TestRandomTopologies:
         ackers=st.integers(1, 2),
         batch_size=st.integers(1, 4),
         seed=st.integers(0, 2**16),
+        basic_count=st.booleans(),
     )
-    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed):
+    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed, basic_count):
         builder = TopologyBuilder()
         builder.set_spout("sentences", Sentences())
         builder.set_bolt("split", BasicSplit(), parallelism=split).shuffle_grouping("sentences")
-        builder.set_bolt("count", FieldsCount("e"), parallelism=count).fields_grouping("split", ["word"])
+        counter = BasicFieldsCount("e") if basic_count else FieldsCount("e")
+        builder.set_bolt("count", counter, parallelism=count).fields_grouping("split", ["word"])
         wire = InProcessTopology(
             builder.create_topology(), {"ackers": ackers, "batch_size": batch_size}, delivery="random", seed=seed
         )
