@@ -226,23 +226,25 @@ class BoltExecutor(Emitter):
         one Python call instead of two. Anchored to the input being executed, as the
         collector's own ``emit``; the common case -- a regular stream, the input in one tree --
         is ``emit``'s fast path again, written inline; anything else goes through ``emit``."""
-        tup = self._input_collector.input
         route = self.routes.get(stream)
-        if route is None or len(values) != route.emit_arity or tup is None:
+        if route is None or len(values) != route.emit_arity:
+            return self.emit(stream, values, self._input_collector.input, None)
+        if not route.subscribed:  # nobody reads the stream: nothing to send, no tree to join
+            self.metrics.emitted += 1
+            if self._watched:
+                self._emitted(stream, values, [])
+            return []
+        tup = self._input_collector.input
+        if tup is None:
             return self.emit(stream, values, tup, None)
         root = tup._tree
         if root.__class__ is not int:  # in several trees (or acked already): the general path
             return self.emit(stream, values, tup, None)
-        if route.subscribed:  # as in ``emit``
-            key = route.key
-            if key < 0 or values[key].__class__ is not str:
-                targets = route.choose(self.task_id, values)
-            else:
-                targets = route.known.get(values[key]) or route.remember(
-                    values[key], route.choose(self.task_id, values)
-                )
+        key = route.key  # as in ``emit``
+        if key < 0 or values[key].__class__ is not str:
+            targets = route.choose(self.task_id, values)
         else:
-            targets = []
+            targets = route.known.get(values[key]) or route.remember(values[key], route.choose(self.task_id, values))
         self.metrics.emitted += 1
         if self._watched:
             self._emitted(stream, values, targets)
