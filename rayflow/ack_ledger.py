@@ -9,6 +9,11 @@ that owns the tree and whether the tree has failed. Messages, and the outcome ea
 - ``fail(root)`` -- the tree failed: reported to the spout at once.
 - ``reset_timeout(root)`` -- keep the tree alive: refreshes its expiry here and at the spout.
 
+``apply(spout_task, inits, acks, fails)`` takes a whole acker payload's inits, acks and fails
+at once -- exactly as calling ``init``, ``ack`` and ``fail`` on each in that order -- and returns
+the settled roots grouped by spout task: what the acker executor runs, because the per-message
+calls and ``Outcome`` objects cost more than the bookkeeping itself.
+
 A tree is reported when its checksum is zero (acked) or it has failed, but never before its
 init arrived: acks and fails that overtake the init are kept and settled when it comes, since
 only the init tells which spout task to report to. A tree that sees no message for ``buckets``
@@ -27,9 +32,13 @@ found with ``bytearray.find`` at C speed.
 from __future__ import annotations
 
 from array import array
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["AckLedger", "Outcome"]
+from .anchoring import ID_TYPECODE
+
+__all__ = ["AckLedger", "Outcome", "Settled"]
 
 ACKER_BUCKETS = 3
 MIN_CAPACITY = 1024
@@ -47,6 +56,14 @@ class Outcome(NamedTuple):
     acked: bool
 
 
+Settled = dict[int, tuple[list[int], list[int]]]
+"""What ``apply`` settled: spout task -> (roots acked, roots failed), each in settling order."""
+
+
+def _acked_and_failed() -> tuple[list[int], list[int]]:
+    return [], []
+
+
 class AckLedger:
     def __init__(self, buckets: int = ACKER_BUCKETS) -> None:
         if buckets < 2:
@@ -57,8 +74,8 @@ class AckLedger:
 
     def _allocate(self, capacity: int) -> None:
         self._mask = capacity - 1
-        self._roots = array("Q", bytes(8 * capacity))
-        self._vals = array("Q", bytes(8 * capacity))
+        self._roots = array(ID_TYPECODE, bytes(8 * capacity))
+        self._vals = array(ID_TYPECODE, bytes(8 * capacity))
         self._owners = array("I", bytes(4 * capacity))
         self._stamps = bytearray(b"\xff") * capacity
         self._count = 0
@@ -117,6 +134,78 @@ class AckLedger:
         i = self._slot(root)
         self._owners[i] |= _FAILED
         return self._settle(i)
+
+    def apply(self, spout_task: int, inits: Sequence[int], acks: Sequence[int], fails: Sequence[int]) -> Settled:
+        """One acker payload (``outbox.AckerPayload``): ``inits`` flat ``(root, val, root, val,
+        ...)`` from ``spout_task``, then ``acks``, flat the same way, and ``fails``, each
+        applied as ``init``, ``ack`` and ``fail`` would be, in that order. Returns the trees
+        settled, per spout task.
+
+        The two loops are ``_slot`` and ``_settle`` written inline (with the arrays in locals):
+        they run once per acker message, the acker's whole cost. A new root that would make the
+        table more than half full goes through ``_slot``, which grows it; the locals are then
+        reloaded."""
+        settled: Settled = defaultdict(_acked_and_failed)
+        roots, vals, owners, stamps, mask, stamp = (
+            self._roots,
+            self._vals,
+            self._owners,
+            self._stamps,
+            self._mask,
+            self._stamp,
+        )
+        owner_word = spout_task << 1
+        pairs = iter(inits)
+        for root, val in zip(pairs, pairs, strict=False):
+            i = root & mask
+            r = roots[i]
+            while r != root and r:
+                i = (i + 1) & mask
+                r = roots[i]
+            if not r:  # a new tree (an init is one, unless acks or a fail overtook it)
+                if (self._count + 1) * 2 > mask:
+                    i = self._slot(root)
+                    roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
+                else:
+                    roots[i] = root
+                    self._count += 1
+            stamps[i] = stamp
+            val ^= vals[i]
+            vals[i] = val
+            owner = owner_word | owners[i] & _FAILED
+            owners[i] = owner
+            if val and not owner & _FAILED or owner < 2:
+                continue
+            # Settled (acks overtook the init, or the tree failed): index 0 acked, 1 failed.
+            settled[owner >> 1][owner & _FAILED].append(root)
+            self._remove(i)
+        pairs = iter(acks)
+        for root, val in zip(pairs, pairs, strict=False):
+            i = root & mask
+            r = roots[i]
+            while r != root and r:
+                i = (i + 1) & mask
+                r = roots[i]
+            if not r:  # the ack overtook the init: keep it, nobody to tell yet
+                if (self._count + 1) * 2 > mask:
+                    i = self._slot(root)
+                    roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
+                else:
+                    roots[i] = root
+                    self._count += 1
+            stamps[i] = stamp
+            val ^= vals[i]
+            vals[i] = val
+            owner = owners[i]
+            if val and not owner & _FAILED or owner < 2:
+                continue
+            settled[owner >> 1][owner & _FAILED].append(root)
+            self._remove(i)
+        for root in fails:  # rare: the plain path
+            outcome = self.fail(root)
+            if outcome is not None:
+                settled[outcome.spout_task][1].append(root)
+        return settled
 
     def reset_timeout(self, root: int) -> int | None:
         """Refresh the tree's expiry; returns the spout task to forward the reset to, if known."""

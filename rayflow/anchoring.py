@@ -11,13 +11,19 @@ sums to collide, which Storm puts at once in 50 million years at 10k acks per se
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .tuple import Tuple
 
-__all__ = ["anchor", "new_id", "tree_acks"]
+__all__ = ["ID_TYPECODE", "anchor", "new_id", "tree_acks"]
+
+ID_TYPECODE = "L" if array("L").itemsize == 8 else "Q"
+"""The ``array`` typecode of 64-bit unsigned ids (roots, edge ids, checksums): ``"L"`` where a C
+long has 64 bits, because CPython converts an int to and from a C long directly, but to an
+unsigned long long through a byte buffer -- twice the cost per id stored; ``"Q"`` elsewhere."""
 
 _bits = random.SystemRandom().getrandbits
 _rng = random.Random(_bits(64))

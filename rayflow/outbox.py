@@ -20,9 +20,12 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
-__all__ = ["AckerMail", "DataBatch", "DataPayload", "Outbox", "SpoutMail"]
+from .anchoring import ID_TYPECODE
+
+__all__ = ["AckerMail", "AckerPayload", "DataBatch", "DataPayload", "Outbox", "SpoutMail", "SpoutPayload"]
 
 DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
 """``(source task, values, trees, streams, ends, joined)``, one entry per tuple in ``values``
@@ -34,8 +37,21 @@ DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dic
   (most streams: it saves a list per tuple on both sides of the wire);
 - ``trees[2i], trees[2i+1]``, 64-bit unsigned, are its root and its ``Tuple._val``; root 0
   with value 0 is a tuple in no tree, root 0 with value ``k`` one in several trees, whose
-  ``{root: edge}`` is ``joined[k - 1]``. (An array pickles at the cost of a copy; the same
-  numbers in a list cost ten times more.)"""
+  ``{root: edge}`` is ``joined[k - 1]``. (An array -- typecode ``anchoring.ID_TYPECODE`` --
+  pickles at the cost of a copy; the same numbers in a list cost ten times more.)"""
+
+
+AckerPayload = tuple[int, "array[int]", "array[int]", list[int], list[int]]
+"""Acker traffic to an acker task: ``(sender task, inits, acks, fails, resets)``. ``inits``
+(the sender's new trees: root, checksum, root, checksum, ...) and ``acks`` (root, value, ...,
+one pair per root: a sender's acks of one root are XORed into one) are flat arrays of 64-bit
+ids, typecode ``anchoring.ID_TYPECODE``, for the reason the data payload's trees are one: a
+list or dict of 64-bit ints costs several times more to pickle and unpickle. ``fails`` and
+``resets`` (rare) are lists of roots."""
+
+SpoutPayload = tuple["array[int]", list[int], list[int]]
+"""An acker's results to a spout task: ``(acked, failed, resets)``, roots; ``acked`` (one per
+spout tuple) an array as above, the rare others lists."""
 
 
 class DataBatch:
@@ -74,13 +90,14 @@ class DataBatch:
     def take(self, task_id: int) -> DataPayload:
         """The payload of everything added so far, leaving the batch empty."""
         self.ends.append(len(self.values))
-        payload = (task_id, self.values, array("Q", self.trees), self.streams, self.ends, self.joined)
+        payload = (task_id, self.values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
         self._reset()
         return payload
 
 
 class AckerMail:
-    """Pending messages for one acker task: ``inits`` is flat (root, checksum, root, ...)."""
+    """Pending messages for one acker task: ``inits`` is flat (root, checksum, root, ...);
+    ``acks`` maps root -> value, XORed as acks come, until ``take`` flattens it."""
 
     __slots__ = ("inits", "acks", "fails", "resets")
 
@@ -96,9 +113,16 @@ class AckerMail:
     def __len__(self) -> int:
         return len(self.inits) // 2 + len(self.acks) + len(self.fails) + len(self.resets)
 
-    def take(self, task_id: int) -> tuple[int, list[int], dict[int, int], list[int], list[int]]:
-        """``(sender task, inits, acks, fails, resets)``; the sender of inits owns their trees."""
-        payload = (task_id, self.inits, self.acks, self.fails, self.resets)
+    def take(self, task_id: int) -> AckerPayload:
+        """The payload (``AckerPayload``) of everything pending, leaving the mail empty; the
+        sender of inits owns their trees."""
+        payload = (
+            task_id,
+            array(ID_TYPECODE, self.inits),
+            array(ID_TYPECODE, chain.from_iterable(self.acks.items())),
+            self.fails,
+            self.resets,
+        )
         self._reset()
         return payload
 
@@ -119,8 +143,8 @@ class SpoutMail:
     def __len__(self) -> int:
         return len(self.acked) + len(self.failed) + len(self.resets)
 
-    def take(self, task_id: int) -> tuple[list[int], list[int], list[int]]:
-        payload = (self.acked, self.failed, self.resets)
+    def take(self, task_id: int) -> SpoutPayload:
+        payload = (array(ID_TYPECODE, self.acked), self.failed, self.resets)
         self._reset()
         return payload
 

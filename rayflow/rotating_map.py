@@ -9,7 +9,8 @@ touched again expires after between ``(buckets - 1) * T`` and ``buckets * T``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import Generic, TypeVar
 
 __all__ = ["RotatingMap"]
@@ -27,6 +28,8 @@ class RotatingMap(Generic[K, V]):
         # buckets[0] is the newest (the nursery), buckets[-1] the oldest (death row).
         self._buckets: deque[dict[K, V]] = deque({} for _ in range(buckets))
         self._on_expire = on_expire
+        self.newest = self._buckets[0]
+        """The newest bucket, where ``add`` and ``put`` go (a new dict after each ``rotate``)."""
 
     def put(self, key: K, value: V) -> None:
         """Insert or replace ``key``; its expiry clock starts again."""
@@ -74,6 +77,18 @@ class RotatingMap(Generic[K, V]):
                 return value  # type: ignore[return-value]
         return default
 
+    def pop_each(self, keys: Sequence[K]) -> list[V | None]:
+        """``[pop(key) for key in keys]``, for hot paths: the keys found in the newest bucket
+        (usually most of them) are popped at C speed. Values must not be ``None``."""
+        newest = self._buckets[0]
+        size = len(newest)
+        values: list[V | None] = list(map(newest.pop, keys, repeat(None)))
+        if size - len(newest) < len(keys):  # some were not in the newest bucket
+            for i, value in enumerate(values):
+                if value is None:
+                    values[i] = self.pop(keys[i])
+        return values
+
     def __contains__(self, key: object) -> bool:
         return any(key in bucket for bucket in self._buckets)
 
@@ -88,6 +103,7 @@ class RotatingMap(Generic[K, V]):
         """Expire the oldest cohort: call ``on_expire`` for each entry and return them all."""
         expired = self._buckets.pop()
         self._buckets.appendleft({})
+        self.newest = self._buckets[0]
         if self._on_expire is not None:
             for key, value in expired.items():
                 self._on_expire(key, value)

@@ -29,6 +29,8 @@ class Route:
     __slots__ = (
         "stream",
         "arity",
+        "emit_arity",
+        "single",
         "direct",
         "groupings",
         "direct_targets",
@@ -47,6 +49,11 @@ class Route:
         """Whether any regular (not direct) grouping reads this stream."""
         self.arity = arity
         self.direct = direct
+        self.emit_arity = -1 if direct else arity
+        """How many values a regular emit on this stream carries: -1 on a direct stream, where
+        a regular emit is an error, so that the emit paths check both with one comparison."""
+        self.single = arity == 1
+        """One field: a batch carries the value itself, not a list of one (``DataPayload``)."""
         self.groupings: list[Grouping] = []
         self.direct_targets: set[int] = set()
         self.choose: Callable[[int, list[Any]], list[int]] = _no_targets

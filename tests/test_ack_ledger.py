@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow.ack_ledger import AckLedger, Outcome
-from rayflow.anchoring import anchor, new_id, tree_acks
+from rayflow.ack_ledger import AckLedger, Outcome, Settled
+from rayflow.anchoring import ID_TYPECODE, anchor, new_id, tree_acks
 from rayflow.outbox import Outbox
 from rayflow.tuple import Tuple, TupleSource
 
@@ -95,6 +98,34 @@ def expected_outcomes(dag: TupleDag, roots: list[int], order: list[Message]) -> 
         else:
             expected[positions[-1]] = Outcome(spout_task_of(r), root, True)
     return expected
+
+
+def flat(pairs: dict[int, int]) -> list[int]:
+    """``{root: val}`` as the wire carries it: root, val, root, val, ..."""
+    return [x for pair in pairs.items() for x in pair]
+
+
+def settled_outcomes(settled: Settled) -> list[Outcome]:
+    """``AckLedger.apply``'s answer as the ``Outcome`` list of the one-message calls."""
+    return [
+        Outcome(task, root, ok)
+        for task, (acked, failed) in settled.items()
+        for ok, roots in ((True, acked), (False, failed))
+        for root in roots
+    ]
+
+
+def apply_one_by_one(ledger: AckLedger, sender: int, inits: list[int], acks: list[int], fails: list[int]) -> Settled:
+    """What ``apply`` must answer, from the one-message calls in its order: inits, acks, fails."""
+    pairs = iter(inits)
+    outcomes = [ledger.init(root, val, sender) for root, val in zip(pairs, pairs, strict=False)]
+    pairs = iter(acks)
+    outcomes += [ledger.ack(root, val) for root, val in zip(pairs, pairs, strict=False)]
+    outcomes += [ledger.fail(root) for root in fails]
+    settled: Settled = {}
+    for outcome in filter(None, outcomes):
+        settled.setdefault(outcome.spout_task, ([], []))[0 if outcome.acked else 1].append(outcome.root)
+    return settled
 
 
 class TestInit:
@@ -311,14 +342,11 @@ class TestRandomDags:
             outcomes = []
             for dest, (sender, inits, acks, fails, _resets) in sent:
                 assert dest == ACKER_TASK
-                pairs = iter(inits)
-                outcomes += [ledger.init(root, val, sender) for root, val in zip(pairs, pairs, strict=False)]
                 if sender == 1:
-                    assert len(acks) == len({m.root for m in batch if m.kind == "ack"})
-                outcomes += [ledger.ack(root, val) for root, val in acks.items()]
-                outcomes += [ledger.fail(root) for root in fails]
+                    assert len(acks) == 2 * len({m.root for m in batch if m.kind == "ack"})
+                outcomes += settled_outcomes(ledger.apply(sender, inits, acks, fails))
             sent.clear()
-            for outcome in filter(None, outcomes):
+            for outcome in outcomes:
                 assert outcome not in reported, "a tree was reported twice"
                 reported[outcome] = b
         assert reported == decided_in
@@ -399,6 +427,14 @@ class TestFlatTable:
             assert got == expected, (name, args)
             assert len(ledger) == len(model.trees)
 
+    def test_full_64_bit_ids(self):
+        """Roots and checksums use all 64 bits (the arrays' typecode holds them unsigned)."""
+        assert array(ID_TYPECODE).itemsize == 8
+        ledger = AckLedger()
+        top = 2**64 - 1
+        assert ledger.apply(SPOUT_TASK, [top, top, top - 1, 1 << 63], [], []) == {}
+        assert ledger.apply(1, [], [top, top, top - 1, 1 << 63], []) == {SPOUT_TASK: ([top, top - 1], [])}
+
     def test_many_trees_then_none(self):
         """The table grows to hold many trees and gives the memory back once they are gone."""
         ledger = AckLedger()
@@ -410,3 +446,53 @@ class TestFlatTable:
         for _ in range(3):
             ledger.rotate()
         assert len(ledger) == 0 and len(ledger._roots) == 1024
+
+
+# A control payload: (sender, inits, acks, fails), on colliding roots.
+_payloads = st.lists(
+    st.tuples(
+        st.integers(1, 4),
+        st.lists(st.tuples(_colliding_roots, st.integers(0, 3)), max_size=8),
+        st.dictionaries(_colliding_roots, st.integers(0, 3), max_size=8),
+        st.lists(_colliding_roots, max_size=2),
+    ),
+    max_size=40,
+)
+
+
+class TestApply:
+    """``apply`` (a whole payload at once, what the acker runs) against the one-message calls."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(payloads=_payloads, rotate_every=st.integers(1, 10))
+    def test_matches_one_message_at_a_time(self, payloads: list[tuple[Any, ...]], rotate_every: int):
+        """Same trees settled, per spout task and in the same order; same trees left pending and
+        forgotten, whatever collides, overtakes, fails or expires."""
+        batched, single = AckLedger(), AckLedger()
+        for n, (sender, init_pairs, ack_of, fails) in enumerate(payloads):
+            inits = [x for pair in init_pairs for x in pair]
+            acks = [x for pair in ack_of.items() for x in pair]
+            assert batched.apply(sender, inits, acks, fails) == apply_one_by_one(single, sender, inits, acks, fails)
+            assert len(batched) == len(single)
+            if n % rotate_every == 0:
+                assert sorted(batched.rotate()) == sorted(single.rotate())
+
+    @pytest.mark.parametrize("colliding", [False, True])
+    def test_grows_in_the_middle_of_a_payload(self, colliding: bool):
+        """A payload of more new trees than the table has room for grows it as it goes; acks
+        that overtook their inits, split over several payloads, still settle right."""
+        rng = random.Random(7)
+        roots = [(k << 20 | 0xACE) if colliding else new_id() for k in range(1, 3001)]
+        edges = {root: rng.getrandbits(64) | 1 for root in roots}
+        early = {root: edges[root] for root in roots[::3]}  # these acks overtake the inits
+        failing = [root for root in roots[1::7] if root not in early]
+        late = {root: edges[root] for root in roots if root not in early and root not in failing}
+        batched, single = AckLedger(), AckLedger()
+        plays = [
+            (7, [], flat(early), []),
+            (5, flat({root: edges[root] for root in roots}), [], failing),
+            (8, [], flat(late), []),
+        ]
+        for sender, inits, acks, fails in plays:
+            assert batched.apply(sender, inits, acks, fails) == apply_one_by_one(single, sender, inits, acks, fails)
+        assert len(batched) == len(single) == 0

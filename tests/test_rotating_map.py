@@ -140,6 +140,7 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.sampled_from("abcd"), st.integers()),
         st.tuples(st.just("pop"), st.sampled_from("abcd")),
+        st.tuples(st.just("pop_each"), st.lists(st.sampled_from("abcd"), max_size=5)),
         st.tuples(st.just("rotate")),
     ),
     max_size=40,
@@ -159,6 +160,8 @@ class TestAgainstAModel:
                 m.put(op[1], op[2])
             elif op[0] == "pop":
                 assert m.pop(op[1]) == model.pop(op[1], (None, 0))[0]
+            elif op[0] == "pop_each":
+                assert m.pop_each(op[1]) == [model.pop(k, (None, 0))[0] for k in op[1]]
             else:
                 aged = {k: (v, age + 1) for k, (v, age) in model.items()}
                 due = {k: v for k, (v, age) in aged.items() if age == buckets}
@@ -168,3 +171,4 @@ class TestAgainstAModel:
                 assert dict(expired) == due
             assert {k: m.get(k) for k in m} == {k: v for k, (v, _) in model.items()}
             assert len(m) == len(model)
+            assert sorted(m.newest) == sorted(k for k, (_, age) in model.items() if age == 0)

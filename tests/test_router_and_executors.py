@@ -9,13 +9,17 @@ the spout emits, and what must be acked or failed.
 from __future__ import annotations
 
 import pickle
+from array import array
 from collections import deque
+from functools import reduce
+from operator import xor
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rayflow.anchoring import ID_TYPECODE
 from rayflow.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
 from rayflow.config import Config
@@ -211,6 +215,28 @@ class Relay(Bolt):
         self.collector = collector
 
 
+class BasicRelay(BasicBolt):
+    """Relay as a BasicBolt: its collector is the executor's ``BasicOutputCollector``."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        Streams().declare_output_fields(declarer)
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        pass
+
+
+class Echo(BasicBolt):
+    """Emits each input's first value again, on "default" and on "audit" (which nobody reads)."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+        declarer.declare_stream("audit", ["value"])
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        assert collector.emit([tup[0]], stream="audit") == []
+        collector.emit([tup[0]])
+
+
 # -- topologies ---------------------------------------------------------------------------------
 
 
@@ -232,10 +258,10 @@ def pipeline(bolt: Bolt | BasicBolt, downstream: Bolt | None = None, spout: Spou
     return builder.create_topology()
 
 
-def streams_topology() -> Topology:
+def streams_topology(relay: Bolt | BasicBolt | None = None) -> Topology:
     builder = TopologyBuilder()
     builder.set_spout("streams", Streams())
-    builder.set_bolt("relay", Relay()).shuffle_grouping("streams")
+    builder.set_bolt("relay", relay or Relay()).shuffle_grouping("streams")
     builder.set_bolt("sink", Hold(), parallelism=2).shuffle_grouping("streams").direct_grouping(
         "streams", stream="picked"
     ).shuffle_grouping("relay").direct_grouping("relay", stream="picked")
@@ -279,7 +305,15 @@ def bolt_collector() -> tuple[Wire, BoltExecutor, OutputCollector]:
     return wire, executor, executor.collector
 
 
-@pytest.mark.parametrize("make", [spout_collector, bolt_collector], ids=["spout", "bolt"])
+def basic_bolt_collector() -> tuple[Wire, BoltExecutor, BasicOutputCollector]:
+    wire = Wire(streams_topology(BasicRelay()))
+    executor = wire.task("relay")
+    return wire, executor, executor.bolt.basic_collector
+
+
+@pytest.mark.parametrize(
+    "make", [spout_collector, bolt_collector, basic_bolt_collector], ids=["spout", "bolt", "basic bolt"]
+)
 class TestEmitErrors:
     """Emits that the declarations forbid raise EmitError at the call, and send nothing."""
 
@@ -468,6 +502,60 @@ class TestBasicBolt:
         assert "ValueError: a bug in user code" in bolt.metrics.last_error
         assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (2, 1, 1)
 
+    def test_emits_of_a_joined_input_join_its_trees(self):
+        """An input in two trees (the general emit path): its emits keep both trees open."""
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("join", Join()).shuffle_grouping("sentences")
+        builder.set_bolt("echo", Echo()).shuffle_grouping("join")
+        builder.set_bolt("hold", Hold()).shuffle_grouping("echo")
+        wire = Wire(builder.create_topology())
+        wire.spout().feed("left", msg_id="L")
+        wire.spout().feed("right", msg_id="R")
+        wire.run()
+        hold = wire.bolts("hold")[0]
+        (echoed,) = hold.held
+        assert echoed["value"] == "left+right" and len(echoed._tree) == 2
+        assert wire.spout().acked == []
+        hold.collector.ack(echoed)
+        wire.settle()
+        assert sorted(wire.spout().acked) == ["L", "R"]
+        assert wire.task("echo").metrics.emitted == 2
+
+    def test_emit_outside_execute_is_unanchored(self):
+        """With no input being executed (in prepare, say), an emit joins no tree; within
+        execute, on every stream, it joins the input's."""
+        wire = Wire(pipeline(Echo(), downstream=Hold()))
+        echo = wire.task("bolt")
+        assert echo.bolt.basic_collector.emit(["loose"]) == [wire.tasks("downstream")[0].task_id]
+        wire.spout().feed("anchored", msg_id=1)
+        wire.run()
+        hold = wire.bolts("downstream")[0]
+        loose, anchored = hold.held
+        assert (loose["value"], loose._tree) == ("loose", 0)
+        assert anchored["value"] == "anchored" and anchored._tree
+        assert echo.metrics.emitted == 3
+        hold.collector.ack(anchored)
+        wire.settle()
+        assert wire.spout().acked == [1]
+
+    def test_acks_of_interleaved_trees(self):
+        """Acks of inputs whose trees alternate, with a failure between them, still reach the
+        acker as one XOR per tree, and the failure as a fail."""
+        wire = Wire(pipeline(BasicSplit()))
+        bolt = wire.task("bolt")
+        spout_task = wire.tasks("sentences")[0].task_id
+        a, b = 0xA1 << 40, 0xB2 << 40
+        inputs = [("x", a), ("y", a), ("z", b), ("fail", a), ("v", a), ("w", b), ("u", b), ("t", a)]
+        edges = [1 << (5 * i) for i in range(len(inputs))]
+        trees = array(ID_TYPECODE, [x for (_, root), edge in zip(inputs, edges, strict=True) for x in (root, edge)])
+        bolt.receive((spout_task, [value for value, _ in inputs], trees, ["default"], [len(inputs)], []))
+        (mail,) = bolt.outbox.acker_mails
+        acked = [(root, edge) for (value, root), edge in zip(inputs, edges, strict=True) if value != "fail"]
+        assert mail.acks == {r: reduce(xor, (e for root, e in acked if root == r)) for r in (a, b)}
+        assert mail.fails == [a]
+        assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (8, 7, 1)
+
     def test_plain_bolt_exception_fails_the_input(self):
         """An exception from a plain Bolt's execute fails the input too."""
         wire = Wire(pipeline(Count()))  # Count reads tup["word"]: sentences have no such field
@@ -574,6 +662,71 @@ class TestMaxSpoutPending:
         builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
         wire = Wire(builder.create_topology(), {"max_spout_pending": 2, "ackers": 0})
         assert wire.task("numbers").run_burst(10) == 10
+
+    def test_budget_counts_trees_of_every_age(self):
+        """Trees that moved to an older cohort of the pending map still count against the limit."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Endless())
+        builder.set_bolt("hold", Hold()).shuffle_grouping("numbers")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 3})
+        spout = wire.task("numbers")
+        assert spout.run_burst(2) == 2
+        wire.advance(wire.conf.message_timeout_secs / 4)  # one rotation: both trees age
+        assert spout.run_burst(10) == 1
+        assert not spout.wants_next_tuple()
+
+
+class TestSpoutAcks:
+    """What the spout does with the acker's results, in bulk."""
+
+    def test_every_ack_reaches_the_spout_and_is_counted(self):
+        """A burst of trees acked together: each msg_id acked once, and counted; a
+        sample of them (chosen by root) gives the complete latency, and no emit time is left
+        behind once they are done."""
+        wire = Wire(wordcount())
+        for i in range(200):
+            wire.spout().feed(f"sentence {i}", msg_id=i)
+        wire.run()
+        spout = wire.task("sentences")
+        assert sorted(wire.spout().acked) == list(range(200))
+        assert spout.metrics.acked == 200
+        complete = spout.metrics.latencies["complete_latency_ms"]
+        assert 0 < complete.count < 200
+        assert spout._started == {}
+
+    def test_a_raising_ack_is_reported_and_the_others_still_acked(self):
+        """An exception in the user's ack is counted and logged; the rest of the batch goes on."""
+
+        class Picky(Sentences):
+            def ack(self, msg_id: Any) -> None:
+                if msg_id == 3:
+                    raise ValueError("not that one")
+                super().ack(msg_id)
+
+        wire = Wire(pipeline(BasicSplit(), spout=Picky()))
+        for i in range(6):
+            wire.spout().feed(f"s{i}", msg_id=i)
+        wire.run()
+        spout = wire.task("sentences")
+        assert wire.spout().acked == [0, 1, 2, 4, 5]
+        assert spout.metrics.acked == 6
+        assert spout.metrics.errors == 1
+        assert "ack raised: ValueError: not that one" in spout.metrics.last_error
+
+    def test_failed_and_timed_out_trees_leave_no_emit_time(self):
+        """The sampled emit times of trees that fail or time out are dropped with them."""
+        wire = Wire(pipeline(BasicSplit()))
+        for i in range(64):
+            wire.spout().feed("fail", msg_id=i)
+        wire.run()
+        assert sorted(wire.spout().failed) == list(range(64))
+        held = Wire(pipeline(Hold()))
+        for i in range(64):
+            held.spout().feed("slow", msg_id=i)
+        held.run()
+        held.advance(1.25 * held.conf.message_timeout_secs)
+        assert sorted(held.spout().failed) == list(range(64))
+        assert wire.task("sentences")._started == {} == held.task("sentences")._started
 
 
 class TestSpoutLifecycle:
@@ -757,6 +910,24 @@ class FieldsCount(Bolt):
         self.collector.ack(tup)
 
 
+class BasicFieldsCount(BasicBolt):
+    """FieldsCount as a BasicBolt: acked on return, failed by raising."""
+
+    outputs = ["word", "count"]
+
+    def __init__(self, fail_word: str) -> None:
+        self.fail_word = fail_word
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.counts: dict[str, int] = {}
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        if tup["word"] == self.fail_word:
+            raise FailedException(self.fail_word)
+        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + 1
+        collector.emit([tup["word"], self.counts[tup["word"]]])
+
+
 class TestRandomTopologies:
     """Word counts of random sizes and shapes, run through the executors' real paths (columnar
     batches cut at random sizes, fields keys remembered, BasicBolt inline acking, several
@@ -771,12 +942,14 @@ class TestRandomTopologies:
         ackers=st.integers(1, 2),
         batch_size=st.integers(1, 4),
         seed=st.integers(0, 2**16),
+        basic_count=st.booleans(),
     )
-    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed):
+    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed, basic_count):
         builder = TopologyBuilder()
         builder.set_spout("sentences", Sentences())
         builder.set_bolt("split", BasicSplit(), parallelism=split).shuffle_grouping("sentences")
-        builder.set_bolt("count", FieldsCount("e"), parallelism=count).fields_grouping("split", ["word"])
+        counter = BasicFieldsCount("e") if basic_count else FieldsCount("e")
+        builder.set_bolt("count", counter, parallelism=count).fields_grouping("split", ["word"])
         wire = InProcessTopology(
             builder.create_topology(), {"ackers": ackers, "batch_size": batch_size}, delivery="random", seed=seed
         )

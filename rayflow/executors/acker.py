@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ack_ledger import AckLedger, Outcome
+from ..ack_ledger import AckLedger
+from ..outbox import AckerPayload
 from .base import Executor, Timer
 
 __all__ = ["AckerExecutor"]
@@ -17,32 +18,23 @@ class AckerExecutor(Executor):
         super().__init__(*args, **kwargs)
         self.ledger = AckLedger()
 
-    def _report(self, outcome: Outcome | None) -> None:
-        if outcome is None:
-            return
-        mail = self.outbox.spout(outcome.spout_task)
-        if outcome.acked:
-            mail.acked.append(outcome.root)
-            self.metrics.acked += 1
-        else:
-            mail.failed.append(outcome.root)
-            self.metrics.failed += 1
-
-    def receive_control(self, payload: tuple[int, list[int], dict[int, int], list[int], list[int]]) -> None:
+    def receive_control(self, payload: AckerPayload) -> None:
+        """One payload from one sender: its inits, acks and fails go to the ledger in one call
+        (``AckLedger.apply``), and each spout task's settled trees join its mail in one step."""
         sender, inits, acks, fails, resets = payload
-        ledger, report = self.ledger, self._report
-        pairs = iter(inits)
-        for root, val in zip(pairs, pairs, strict=False):
-            report(ledger.init(root, val, sender))
-        for root, val in acks.items():
-            report(ledger.ack(root, val))
-        for root in fails:
-            report(ledger.fail(root))
+        ledger, metrics, outbox = self.ledger, self.metrics, self.outbox
+        if inits or acks or fails:
+            for spout_task, (acked, failed) in ledger.apply(sender, inits, acks, fails).items():
+                mail = outbox.spout(spout_task)
+                mail.acked += acked
+                mail.failed += failed
+                metrics.acked += len(acked)
+                metrics.failed += len(failed)
         for root in resets:
-            spout_task = ledger.reset_timeout(root)
-            if spout_task is not None:
-                self.outbox.spout(spout_task).resets.append(root)
-        self.metrics.executed += len(inits) // 2 + len(acks) + len(fails) + len(resets)
+            owner = ledger.reset_timeout(root)
+            if owner is not None:
+                outbox.spout(owner).resets.append(root)
+        metrics.executed += (len(inits) + len(acks)) // 2 + len(fails) + len(resets)
 
     def rotate(self) -> None:
         self.ledger.rotate()

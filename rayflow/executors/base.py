@@ -91,11 +91,23 @@ class Executor:
         )
         self.metrics = TaskMetrics(self.component_id, self.kind)
         self.debug = self.conf.debug
-        self.observer: Observer | None = None
+        self._observer: Observer | None = None
+        self._watched = self.debug
+        """Does an emit owe the observer or the debug log anything? (One test on the hot path.)"""
         self.flush_after_receive = True
         """Does ``receive`` send the data batches it filled partly? A driver that sends them
         itself (coalescing the output of queued input batches) sets this to ``False``."""
         self._link = link
+
+    @property
+    def observer(self) -> Observer | None:
+        """Who watches this task (the in-process runner's recorder), if anyone."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: Observer | None) -> None:
+        self._observer = observer
+        self._watched = observer is not None or self.debug
 
     # -- lifecycle (no-ops unless a kind needs them) --------------------------------------------
     def start(self) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..anchoring import getrandbits, new_id
 from ..collectors import SpoutOutputCollector
 from ..components import Spout
+from ..outbox import SpoutPayload
 from ..rotating_map import RotatingMap
 from .base import Emitter, Timer
 
@@ -19,6 +21,9 @@ SPOUT_BUCKETS = 5
 """The spout's pending map rotates every ``message_timeout_secs / (SPOUT_BUCKETS - 1)``, so a tree
 fails between T and 1.25 T after it was emitted (T and 2 T with Storm's two buckets): after a
 task dies, its lost trees are replayed within one timeout plus a quarter."""
+LATENCY_SAMPLE_MASK = 7
+"""Complete latency is measured on the trees whose root has these bits all zero: one in eight,
+picked at random (roots are random), so that most emits and acks skip the clock."""
 
 
 class SpoutExecutor(Emitter):
@@ -38,8 +43,10 @@ class SpoutExecutor(Emitter):
         self.spout: Spout = self.topology.components[self.component_id].component  # type: ignore[assignment]
         self.collector = SpoutOutputCollector(self)
         self.tracking = bool(self.acker_tasks)
-        # root id -> (msg_id, emit time); the oldest cohort fails on rotation: the tree timed out.
-        self.pending: RotatingMap[int, tuple[Any, float]] = RotatingMap(SPOUT_BUCKETS, self._timed_out)
+        # root id -> msg_id; the oldest cohort fails on rotation: the tree timed out.
+        self.pending: RotatingMap[int, Any] = RotatingMap(SPOUT_BUCKETS, self._timed_out)
+        self._started: dict[int, float] = {}
+        """Emit time of the pending trees sampled for complete latency (``LATENCY_SAMPLE_MASK``)."""
         self.max_pending = self.conf.max_spout_pending
         self.active = False
         self.opened = False
@@ -101,11 +108,14 @@ class SpoutExecutor(Emitter):
         metrics = self.metrics
         emitted_before = metrics.emitted
         next_tuple = self.spout.next_tuple
-        pending, limit = self.pending, self.max_pending
+        # Nothing leaves ``pending`` during a burst (acks and timeouts come between bursts) and
+        # new trees enter its newest bucket: the budget is checked against that bucket alone.
+        newest = self.pending.newest
+        room = None if self.max_pending is None else self.max_pending - len(self.pending) + len(newest)
         for _ in range(max_calls):
             if not self.active or (self.exhausted and not self._poll_after_fail):
                 break
-            if limit is not None and len(pending) >= limit:
+            if room is not None and len(newest) >= room:
                 break
             self._poll_after_fail = False
             before = metrics.emitted
@@ -123,7 +133,7 @@ class SpoutExecutor(Emitter):
         """Route, then send to every target; a tracked tuple starts a tree. Flat on purpose:
         this runs once per spout tuple."""
         route = self.routes.get(stream)
-        if route is None or direct_task is not None or route.direct or len(values) != route.arity:
+        if route is None or direct_task is not None or len(values) != route.emit_arity:
             route, targets = self._checked_targets(stream, values, direct_task)
         elif route.subscribed:
             key = route.key
@@ -137,10 +147,10 @@ class SpoutExecutor(Emitter):
             targets = []
         self.exhausted = False
         self.metrics.emitted += 1
-        if self.observer is not None or self.debug:
+        if self._watched:
             self._emitted(stream, values, targets, msg_id)
         stream = route.stream
-        item = values[0] if route.arity == 1 else values
+        item = values[0] if route.single else values
         batches = self._batches
         size = self.outbox.batch_size
         root = val = 0
@@ -163,9 +173,12 @@ class SpoutExecutor(Emitter):
             if len(batch.values) >= size:
                 self.outbox.send_batch(task)
         if root:
-            self.outbox.acker(root).inits += (root, val)
-            self.pending.add(root, (msg_id, time.perf_counter()))
-        return targets[:]
+            mails = self.outbox.acker_mails
+            mails[root % len(mails)].inits += (root, val)
+            self.pending.newest[root] = msg_id  # ``pending.add``, inline
+            if not root & LATENCY_SAMPLE_MASK:
+                self._started[root] = time.perf_counter()
+        return targets.copy()
 
     def _deliver_acked_at_emit(self) -> None:
         """With ``ackers=0`` a tracked emit is acked as soon as ``next_tuple`` returns."""
@@ -174,23 +187,45 @@ class SpoutExecutor(Emitter):
             self._ack(msg_id)
 
     # -- results ------------------------------------------------------------------------------
-    def receive_control(self, payload: tuple[list[int], list[int], list[int]]) -> None:
+    def receive_control(self, payload: SpoutPayload) -> None:
         acked, failed, resets = payload
         pending = self.pending
-        now = time.perf_counter()
-        for root in acked:
-            entry = pending.pop(root)
-            if entry is not None:  # None: it timed out already and was failed
-                self._complete.add(now - entry[1])
-                self._ack(entry[0])
+        if acked:
+            self._acked(acked, pending.pop_each(acked))
         for root in failed:
-            entry = pending.pop(root)
-            if entry is not None:
-                self._fail(entry[0], "failed")
+            msg_id = pending.pop(root)
+            if msg_id is not None:  # None: it timed out already and was failed
+                self._started.pop(root, None)
+                self._fail(msg_id, "failed")
         for root in resets:
-            entry = pending.get(root)
-            if entry is not None:
-                pending.put(root, entry)
+            msg_id = pending.get(root)
+            if msg_id is not None:
+                pending.put(root, msg_id)
+
+    def _acked(self, roots: Sequence[int], msg_ids: list[Any]) -> None:
+        """Call ``ack`` for each tree acked (``msg_ids[i]`` is ``roots[i]``'s, ``None`` if it
+        timed out already). Flat on purpose, with ``_ack`` and ``_call`` inline: this runs once
+        per spout tuple."""
+        now = time.perf_counter()
+        started, complete = self._started, self._complete
+        observer, component_id = self.observer, self.component_id
+        ack = self.spout.ack
+        missed = 0
+        for root, msg_id in zip(roots, msg_ids, strict=True):
+            if msg_id is None:
+                missed += 1
+                continue
+            if not root & LATENCY_SAMPLE_MASK:
+                begun = started.pop(root, None)
+                if begun is not None:
+                    complete.add(now - begun)
+            if observer is not None:
+                observer.acked(component_id, msg_id)
+            try:
+                ack(msg_id)
+            except Exception as exc:
+                self.report_error(exc, "ack raised")
+        self.metrics.acked += len(roots) - missed
 
     def _ack(self, msg_id: Any) -> None:
         self.metrics.acked += 1
@@ -208,8 +243,9 @@ class SpoutExecutor(Emitter):
         else:
             self._call("fail", msg_id)
 
-    def _timed_out(self, root: int, entry: tuple[Any, float]) -> None:
-        self._fail(entry[0], "timeout")
+    def _timed_out(self, root: int, msg_id: Any) -> None:
+        self._started.pop(root, None)
+        self._fail(msg_id, "timeout")
 
     def rotate(self) -> None:
         """Advance the message timeout by one cohort (called every ``message_timeout_secs / (SPOUT_BUCKETS - 1)``)."""
