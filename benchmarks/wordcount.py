@@ -2,12 +2,13 @@
 (when installed: the ``bench`` extra) and a bare Python loop, measured side by side in one run.
 Not a test: run it on a quiet machine.
 
-    python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--json results.json]
+    python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--rounds 3] [--json results.json]
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
 whose bolts rayflow runs here). rayflow runs
 spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking; the
-sweep runs the reliable topology again with 2 and 4 tasks per bolt. The latency run feeds the
+sweep runs the reliable topology with 1, 2 and 4 tasks per bolt. The sweep and bytewax run
+``--rounds`` times, interleaved, and each is reported by its median run. The latency run feeds the
 reliable topology at half the rate it reached and reports the complete latency (spout emit to
 spout ack) percentiles. bytewax runs the same split and count (``flat_map`` then a keyed
 ``stateful_map``) on one worker, without any acking.
@@ -190,9 +191,15 @@ def run_bare_loop(sentences: int) -> dict[str, Any]:
     return {"words": words_in(sentences), "seconds": elapsed, "words_per_s": words_in(sentences) / elapsed}
 
 
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median rate, with every run's rate under ``runs``."""
+    ordered = sorted(runs, key=lambda r: r["words_per_s"])
+    return {**ordered[len(ordered) // 2], "runs": [{"words_per_s": r["words_per_s"]} for r in runs]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sentences", type=int, default=200_000, help="sentences per rayflow run")
+    parser.add_argument("--sentences", type=int, default=300_000, help="sentences per rayflow run")
     parser.add_argument("--per-call-sentences", type=int, default=1_000)
     parser.add_argument("--latency-secs", type=float, default=10.0, help="length of the half-rate run")
     parser.add_argument("--max-pending", type=int, default=DEFAULT_MAX_SPOUT_PENDING, help="max_spout_pending")
@@ -200,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, help="rayflow.batch.size (default: Config's)")
     parser.add_argument("--control-linger-ms", type=float, help="rayflow.control.linger.ms (default: Config's)")
     parser.add_argument("--tasks", type=int, nargs="*", default=[1, 2, 4], help="tasks per bolt in the sweep")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="the sweep and bytewax run this often, interleaved; medians are reported"
+    )
     parser.add_argument("--bytewax-batch", type=int, default=1000, help="bytewax TestingSource batch size")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
@@ -223,8 +233,20 @@ def main(argv: list[str] | None = None) -> int:
             ),
         },
     }
+    sweep = sorted({1, *args.tasks})
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sweep}
+    bytewax_runs: list[dict[str, Any]] = []
     with LocalCluster() as cluster:
-        results["reliable"] = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning)
+        # Rounds interleave the configurations (and bytewax), so that a slow spell of a shared
+        # machine weighs on all of them alike; each is reported by its median run.
+        for _ in range(args.rounds):
+            for n in sweep:
+                runs[n].append(run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n))
+            bytewax_run = run_bytewax(args.sentences, args.bytewax_batch)
+            if bytewax_run is not None:
+                bytewax_runs.append(bytewax_run)
+        results["tasks"] = {str(n): _median(r) for n, r in runs.items()}
+        results["reliable"] = results["tasks"]["1"]
         results["unreliable"] = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
@@ -232,13 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster, int(half_rate * args.latency_secs), 1, rate=half_rate, max_pending=pending, tuning=tuning
         )
         results["half_rate"]["sentences_per_s"] = half_rate
-        results["tasks"] = {
-            str(n): run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n)
-            for n in args.tasks
-            if n != 1
-        }
-        results["tasks"]["1"] = results["reliable"]
-    results["bytewax"] = run_bytewax(args.sentences, args.bytewax_batch)
+    results["bytewax"] = _median(bytewax_runs) if bytewax_runs else None
     results["bare_loop"] = run_bare_loop(args.sentences * 5)
 
     reliable = results["reliable"]["words_per_s"]
@@ -263,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{label:<28}{results[key]['words_per_s']:>14,.0f}")
     for n, run in sorted(results["tasks"].items(), key=lambda item: int(item[0])):
-        print(f"{f'acking, {n} split x {n} count':<28}{run['words_per_s']:>14,.0f}")
+        each = ", ".join(f"{r['words_per_s'] / 1000:.0f}k" for r in run["runs"])
+        print(f"{f'acking, {n} split x {n} count':<28}{run['words_per_s']:>14,.0f}   (runs: {each})")
+    if "2" in results["tasks"]:
+        results["ratios"]["2x2_vs_1x1"] = results["tasks"]["2"]["words_per_s"] / reliable
     for name, ratio in results["ratios"].items():
         print(f"{name:<28}{ratio:>14.3f}")
     for key in ("reliable", "half_rate"):
