@@ -70,7 +70,7 @@ class Config(BaseModel):
     """A data batch that is not full is sent after at most this long. Below saturation lingers,
     not batch size, set how many frames a topology sends; each costs tens of microseconds of
     CPU on both sides, and a longer linger adds to the complete latency."""
-    control_linger_ms: float = Field(16.0, gt=0, alias="rayflow.control.linger.ms")
+    control_linger_ms: float = Field(8.0, gt=0, alias="rayflow.control.linger.ms")
     """Under load, acker traffic (acks to the ackers, results to the spouts) is sent at most once
     per this period per task; when a task has sent nothing for this long it goes at once."""
     max_inflight_batches: int = Field(64, ge=1, alias="rayflow.max.inflight.batches")
