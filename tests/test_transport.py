@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rayflow.runtime.streams import CONTROL, DATA, Address, Listener, StreamRefused, open_stream
+from rayflow.runtime.streams import CONTROL, CONTROL_CREDITS, DATA, Address, Listener, StreamRefused, open_stream
 from rayflow.runtime.transport import StreamTransport
 
 SECRET = b"s" * 32
@@ -141,6 +141,25 @@ class TestBound:
             task2.finish(1)
             await asyncio.wait_for(waiting, 5.0)
             assert link.backlog(2) == 4
+
+        run(scenario)
+
+    def test_acker_traffic_is_credited_in_groups_and_bounded_in_frames(self):
+        """Seventeen control frames over a bound of ten: relieve waits until the acker has
+        finished a group of sixteen (one credit), then one frame is outstanding."""
+
+        async def scenario() -> None:
+            acker = await Receiver().start()
+            link = transport({2: acker}, max_frames=10)
+            for i in range(CONTROL_CREDITS + 1):
+                link.send_control(2, ("acks", i))
+            waiting = asyncio.ensure_future(link.relieve())
+            await until(lambda: len(acker.unfinished) == CONTROL_CREDITS + 1)
+            acker.finish(CONTROL_CREDITS - 1)
+            await asyncio.sleep(0.1)
+            assert not waiting.done()  # fifteen finished: no credit yet
+            acker.finish()
+            await asyncio.wait_for(waiting, 5.0)
 
         run(scenario)
 

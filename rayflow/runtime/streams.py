@@ -16,6 +16,9 @@ The protocol of a stream, sender -> listener:
 3. *Credits*, listener -> sender: a 4-byte count of frames the listener has finished, in the
    order they came. Finishing a data frame means executing it and getting its output within
    the listener's own bounds, so credits carry backpressure upstream (``StreamTransport``).
+   Data frames are credited one by one (the sender's load-aware shuffle reads them); acker
+   traffic in groups of ``CONTROL_CREDITS``, as its bound only guards against a stuck acker
+   and a credit costs the sender a wake-up.
 
 Frames of one stream are delivered in the order they were sent. Nothing here knows Ray: the
 tests drive listeners and transports in one event loop.
@@ -52,6 +55,8 @@ _HELLO = struct.Struct("<qB")
 _CHALLENGE_BYTES = 16
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _OK = b"\x01"
+CONTROL_CREDITS = 16
+"""Acker-traffic frames credited together (well under ``rayflow.max.inflight.batches``)."""
 HANDSHAKE_SECS = 10.0
 """A stream that has not authenticated within this long is closed."""
 
@@ -124,12 +129,22 @@ class Listener:
             writer.close()
             return
         self._streams.add(writer)
-        one = CREDIT.pack(1)
+        one, group = CREDIT.pack(1), CREDIT.pack(CONTROL_CREDITS)
+        uncredited = 0
 
-        def finished() -> None:
+        def finished_data() -> None:
             if not writer.is_closing():
                 writer.write(one)
 
+        def finished_control() -> None:
+            nonlocal uncredited
+            uncredited += 1
+            if uncredited == CONTROL_CREDITS:
+                uncredited = 0
+                if not writer.is_closing():
+                    writer.write(group)
+
+        finished = finished_control if channel == CONTROL else finished_data
         deliver, read = self._deliver, reader.readexactly
         try:
             while True:
