@@ -4,7 +4,7 @@
 
 Every task of spout -> split (shuffle) -> count (fields on word), acking on with one acker, is
 built as the runtime builds it, and every payload is pickled by its sender and unpickled by its
-receiver exactly as ``RayTransport`` and ``TaskActor`` do. What is left out is only Ray's call
+receiver exactly as ``StreamTransport`` and ``TaskActor`` do. What is left out is only the stream
 itself. Deliveries follow the runtime's order: control (acker traffic) ahead of data, the spout
 emitting bursts while its pending budget allows. The figure is CPU microseconds
 (``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the

@@ -10,7 +10,7 @@ bolt sends the acker one number per tree per batch instead of one per tuple.
 The wire format (see ``DataBatch.payload``) is columnar: a data payload holds the values of its
 tuples in one list and their trees in another, so that pickling it and reading it back cost a
 few list operations per tuple and no per-tuple container. The outbox only builds payloads;
-the link puts them on the wire (a Ray call in the runtime, a queue in tests) and pickles them.
+the link puts them on the wire (a frame on a stream in the runtime, a queue in tests) and pickles them.
 A payload that will not pickle because of one tuple's values costs only that tuple: it is
 dropped, its trees fail, the error is reported, and the rest of the batch goes on.
 """

@@ -15,7 +15,7 @@ that does not apply to a kind is a no-op there:
     close()          spouts close, bolts clean up; what waits in the outbox is sent
     finished         a spout that is exhausted with nothing pending (others: always True)
 
-Every payload goes out through a ``Link``: the driver decides what a send is (a Ray call, a
+Every payload goes out through a ``Link``: the driver decides what a send is (a frame on a stream, a
 queue in a test).
 """
 

@@ -114,8 +114,8 @@ class BoltExecutor(Emitter):
         metrics.executed += begin
         metrics.busy_secs += perf() - batch_started
         # Data goes on at once (unless the driver sends it: ``flush_after_receive``); acker
-        # traffic is sent by the runtime after a linger, so that one control call carries the
-        # acks of many batches (a Ray call costs ~1 ms of CPU).
+        # traffic is sent by the runtime after a linger, so that one control frame carries the
+        # acks of many batches.
         if self.flush_after_receive:
             self.outbox.flush_data()
 

@@ -2,8 +2,10 @@
 
 cluster.py     LocalCluster and submit_topology: place the actors and wire them up
 handle.py      TopologyHandle: activate, deactivate, kill, wait, metrics
-task_actor.py  the actor: serves batches, runs the spout loop, timers and ticks
-transport.py   sends payloads as Ray calls and bounds the batches in flight
+task_actor.py  the actor: executes frames, runs the spout loop, timers and ticks
+streams.py     authenticated streams between task actors: framing and credits
+transport.py   sends payloads on those streams and bounds the tuples in flight
+supervisor.py  restarts a task whose actor died
 """
 
 from .cluster import LocalCluster, submit_topology

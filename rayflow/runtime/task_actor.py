@@ -162,8 +162,7 @@ class TaskActor:
         a batch' worth waits), else when the control linger has passed since the last send.
 
         So a quiet topology sends every message straight away, and a busy one sends at most
-        one control call per ``control_linger`` -- which matters, as a Ray call costs about a
-        millisecond of CPU on each side."""
+        one control frame per ``control_linger``: one frame carries the acks of many batches."""
         outbox = self._executor.outbox
         if self._flush_due or outbox.is_empty():
             return
