@@ -51,9 +51,9 @@ class _Lane:
         "forgiven",
         "frames",
         "progress",
-        "reader",
         "retry_at",
         "state",
+        "task",
         "tuples",
         "waiting",
         "writer",
@@ -63,7 +63,9 @@ class _Lane:
         self.address = address
         self.state = _CONNECTING
         self.writer: asyncio.StreamWriter | None = None
-        self.reader: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None
+        """Opening the stream, then reading its credits (held here: the loop keeps only weak
+        references to tasks)."""
         self.waiting: list[bytes] = []
         """Frames sent while the stream is being opened."""
         self.frames: deque[int] = deque()
@@ -73,17 +75,15 @@ class _Lane:
         self.progress = asyncio.Event()
         self.retry_at = 0.0
 
-    def forget(self) -> None:
+    def close(self) -> None:
+        """Forget every frame (waking whoever waits for credits) and end the stream."""
         self.frames.clear()
         self.waiting.clear()
         self.tuples = 0
         self.forgiven = 0
         self.progress.set()
-
-    def close(self) -> None:
-        self.forget()
-        if self.reader is not None:
-            self.reader.cancel()
+        if self.task is not None:
+            self.task.cancel()
         if self.writer is not None:
             self.writer.close()
 
@@ -149,7 +149,7 @@ class StreamTransport:
             lane.waiting.append(frame)
 
     def _open(self, key: tuple[int, int], lane: _Lane) -> None:
-        asyncio.get_running_loop().create_task(self._connect(key, lane))
+        lane.task = asyncio.get_running_loop().create_task(self._connect(key, lane))
 
     async def _connect(self, key: tuple[int, int], lane: _Lane) -> None:
         try:
@@ -166,7 +166,7 @@ class StreamTransport:
         for frame in lane.waiting:
             writer.writelines((FRAME.pack(len(frame)), frame))
         lane.waiting.clear()
-        lane.reader = asyncio.get_running_loop().create_task(self._credits(key, lane, reader))
+        lane.task = asyncio.get_running_loop().create_task(self._credits(key, lane, reader))
 
     async def _credits(self, key: tuple[int, int], lane: _Lane, reader: asyncio.StreamReader) -> None:
         """Read the destination's credits: each finishes the oldest frame not yet finished."""
@@ -201,7 +201,7 @@ class StreamTransport:
             )
         lane.state = _DOWN
         lane.retry_at = time.monotonic() + RETRY_SECS
-        lane.reader = None  # when called from the credit reader, it ends by itself
+        lane.task = None  # called from the lane's own task, which ends by itself
         lane.close()
         lane.writer = None
 
