@@ -16,9 +16,10 @@ The protocol of a stream, sender -> listener:
 3. *Credits*, listener -> sender: a 4-byte count of frames the listener has finished, in the
    order they came. Finishing a data frame means executing it and getting its output within
    the listener's own bounds, so credits carry backpressure upstream (``StreamTransport``).
-   Data frames are credited one by one (the sender's load-aware shuffle reads them); acker
-   traffic in groups of ``CONTROL_CREDITS``, as its bound only guards against a stuck acker
-   and a credit costs the sender a wake-up.
+   A credit costs the sender a wake-up, so credits travel in groups: data frames in groups of
+   up to ``data_credits`` (what the senders' bounds allow, see ``data_credit_group``), a
+   partial group at most ``CREDIT_DELAY_SECS`` late; acker traffic in groups of
+   ``CONTROL_CREDITS``, as its bound only guards against a stuck acker.
 
 Frames of one stream are delivered in the order they were sent. Nothing here knows Ray: the
 tests drive listeners and transports in one event loop.
@@ -35,7 +36,7 @@ import os
 import struct
 from collections.abc import Callable
 
-__all__ = ["CONTROL", "DATA", "Address", "Deliver", "Listener", "StreamRefused", "open_stream"]
+__all__ = ["CONTROL", "DATA", "Address", "Deliver", "Listener", "StreamRefused", "data_credit_group", "open_stream"]
 
 logger = logging.getLogger("rayflow")
 
@@ -57,12 +58,26 @@ _DIGEST_BYTES = hashlib.sha256().digest_size
 _OK = b"\x01"
 CONTROL_CREDITS = 16
 """Acker-traffic frames credited together (well under ``rayflow.max.inflight.batches``)."""
+DATA_CREDITS = 4
+"""At most this many data frames are credited together. On a 2-core box, grouping them by 4
+saved 5-7% of the CPU a word costs (``benchmarks/actor_cpu.py``, alternating runs)."""
+CREDIT_DELAY_SECS = 0.02
+"""A partial group of data credits is sent at most this late."""
 HANDSHAKE_SECS = 10.0
 """A stream that has not authenticated within this long is closed."""
 
 
 class StreamRefused(ConnectionError):
     """The listener closed the stream during the handshake (a wrong secret, or it is closing)."""
+
+
+def data_credit_group(max_tuples: int, max_frames: int, batch_size: int) -> int:
+    """How many data frames a listener may credit together, given the senders' bounds
+    (``rayflow.max.inflight.tuples`` / ``.batches``) and the batch size. The frames of a group
+    but the last are credited late, which makes a sender's view of its destination's backlog
+    too high by as much; holding back at most half of either bound means a sender never waits
+    on late credits alone (1 -- every frame at once -- when the bounds are that tight)."""
+    return 1 + min(DATA_CREDITS - 1, max_tuples // (2 * batch_size), max_frames // 2)
 
 
 def _answer(secret: bytes, challenge: bytes) -> bytes:
@@ -92,9 +107,11 @@ class Listener:
     """Accepts authenticated streams from the topology's tasks and hands every frame to
     ``deliver`` as it arrives. Runs in the event loop it was started in."""
 
-    def __init__(self, secret: bytes, deliver: Deliver) -> None:
+    def __init__(self, secret: bytes, deliver: Deliver, data_credits: int = 1) -> None:
         self._secret = secret
         self._deliver = deliver
+        self._data_credits = data_credits
+        """Data frames credited together (``data_credit_group``)."""
         self._server: asyncio.base_events.Server | None = None
         self._streams: set[asyncio.StreamWriter] = set()
 
@@ -129,12 +146,26 @@ class Listener:
             writer.close()
             return
         self._streams.add(writer)
-        one, group = CREDIT.pack(1), CREDIT.pack(CONTROL_CREDITS)
+        group, data_group = CREDIT.pack(CONTROL_CREDITS), self._data_credits
         uncredited = 0
+        late: asyncio.TimerHandle | None = None
+
+        def credit_data() -> None:
+            nonlocal uncredited, late
+            late = None
+            if uncredited and not writer.is_closing():
+                writer.write(CREDIT.pack(uncredited))
+            uncredited = 0
 
         def finished_data() -> None:
-            if not writer.is_closing():
-                writer.write(one)
+            nonlocal uncredited, late
+            uncredited += 1
+            if uncredited >= data_group:
+                if late is not None:
+                    late.cancel()
+                credit_data()
+            elif late is None:
+                late = asyncio.get_running_loop().call_later(CREDIT_DELAY_SECS, credit_data)
 
         def finished_control() -> None:
             nonlocal uncredited
@@ -153,6 +184,8 @@ class Listener:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the sender closed the stream or died
         finally:
+            if late is not None:
+                late.cancel()
             self._streams.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()

@@ -36,7 +36,7 @@ from ..config import Config
 from ..context import TopologyContext
 from ..executors import Executor, make_executor
 from ..topology import Topology
-from .streams import CONTROL, Address, Listener
+from .streams import CONTROL, Address, Listener, data_credit_group
 from .transport import StreamTransport
 
 __all__ = ["TaskActor"]
@@ -75,7 +75,9 @@ class TaskActor:
     async def listen(self) -> tuple[str, Address]:
         """Start listening for peers' streams; returns this actor's node id and address (the
         node's IP as Ray knows it, where peers on other nodes can reach it)."""
-        self._listener = Listener(self._secret, self._deliver)
+        conf = self._conf
+        group = data_credit_group(conf.max_inflight_tuples, conf.max_inflight_batches, conf.batch_size)
+        self._listener = Listener(self._secret, self._deliver, group)
         host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         try:
             address = await self._listener.start(host)
