@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StreamDeclaration"]
 
 
-
 @dataclass(frozen=True)
 class StreamDeclaration:
     """One declared output stream: its fields and whether it takes direct emits only."""

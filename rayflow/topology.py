@@ -54,7 +54,6 @@ class ComponentSpec:
         return isinstance(self.component, Spout)
 
 
-
 @dataclass
 class Topology:
     """A validated graph of components. Built by ``TopologyBuilder.create_topology``."""
@@ -192,6 +191,7 @@ class TopologyBuilder:
         for spec in checked.values():
             spec.inputs = [sub for sub in spec.inputs if sub.component not in classes]
             problems += _check_component(spec)
+
         def is_spout(cid: str, spec: ComponentSpec) -> bool:
             component: object = spec.component
             return isinstance(component, type) and issubclass(component, Spout) if cid in classes else spec.is_spout
