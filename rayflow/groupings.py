@@ -105,7 +105,13 @@ class ShuffleGrouping(Grouping):
     Load-aware, as Storm 2's shuffle: given each target's backlog (``update_load``), a target
     with a backlog gets fewer turns in the round -- down to one in ``LOAD_LEVELS`` of an idle
     one's -- so that tuples go where they are worked off. With equal backlogs it is a plain
-    round-robin again."""
+    round-robin again.
+
+    In runs, when its emitter asks (``next_run``): every tuple goes to one target until the
+    next run passes the turn to the next in the round. A spout does that while it is
+    saturated (see ``SpoutExecutor.run_burst``): each fill of its pending budget then reaches
+    one task as one frame, instead of every task as a frame of a few tuples -- frames, not
+    tuples, are what parallelism multiplies."""
 
     kind = "shuffle"
 
@@ -115,6 +121,8 @@ class ShuffleGrouping(Grouping):
         self._choices = self._even
         self._weights: list[int] = []
         self._next = 0
+        self._run: list[int] | None = None
+        """The target of the current run (``None``: not in runs, one turn per tuple)."""
 
     def _order(self, context: TopologyContext) -> list[list[int]]:
         order = [[t] for t in self.targets]
@@ -122,9 +130,22 @@ class ShuffleGrouping(Grouping):
         return order
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        if self._run is not None:
+            return self._run
         i = self._next
         self._next = (i + 1) % len(self._choices)
         return self._choices[i]
+
+    def next_run(self) -> None:
+        """The target whose turn it is takes every tuple from now on (until the next run, or
+        ``stop_runs``)."""
+        i = self._next
+        self._next = (i + 1) % len(self._choices)
+        self._run = self._choices[i]
+
+    def stop_runs(self) -> None:
+        """Back to one turn per tuple."""
+        self._run = None
 
     def update_load(self, backlog: Callable[[int], int]) -> None:
         """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed."""

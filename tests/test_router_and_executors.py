@@ -889,6 +889,43 @@ class TestLoadAwareShuffle:
         assert 0 < picks.count(3) <= 10 and picks.count(2) == picks.count(4)
 
 
+    def test_runs_send_every_tuple_to_one_target_until_the_next_run(self):
+        """In runs each target in turn takes every tuple; stopped, one turn per tuple again."""
+        grouping = self.grouping()
+        grouping.next_run()
+        first = {grouping.choose_tasks(1, ["x"])[0] for _ in range(5)}
+        grouping.next_run()
+        second = {grouping.choose_tasks(1, ["x"])[0] for _ in range(5)}
+        assert len(first) == len(second) == 1 and first != second
+        grouping.stop_runs()
+        assert len({grouping.choose_tasks(1, ["x"])[0] for _ in range(3)}) == 3
+
+
+class TestSaturatedSpout:
+    def test_each_fill_of_the_pending_budget_goes_to_one_task(self):
+        """sentences (4 pending at most) -> hold (2 tasks, shuffle), fed 12. The first 4 are
+        spread one by one; then the spout has spent its budget, and each time the held tuples
+        are acked, the 4 it emits go to one task -- the other one the next time."""
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("hold", Hold(), parallelism=2).shuffle_grouping("sentences")
+        wire = Wire(builder.create_topology(), {"max_spout_pending": 4})
+        for i in range(12):
+            wire.spout().feed(f"s{i}", msg_id=i)
+        seen: list[list[int]] = []
+        for _ in range(3):
+            wire.run()
+            seen.append([len(bolt.held) for bolt in wire.bolts("hold")])
+            for bolt in wire.bolts("hold"):
+                for tup in bolt.held:
+                    bolt.collector.ack(tup)
+                bolt.held.clear()
+            wire.settle()
+        assert seen[0] == [2, 2]
+        assert sorted(seen[1]) == [0, 4] and sorted(seen[2]) == [0, 4] and seen[1] != seen[2]
+        assert sorted(wire.spout().acked) == list(range(12))
+
+
 class FieldsCount(Bolt):
     """Acks each word, fails the one it is told to fail; counts what it acked."""
 
