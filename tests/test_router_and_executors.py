@@ -888,7 +888,6 @@ class TestLoadAwareShuffle:
         picks = [grouping.choose_tasks(1, ["x"])[0] for _ in range(170)]
         assert 0 < picks.count(3) <= 10 and picks.count(2) == picks.count(4)
 
-
     def test_runs_send_every_tuple_to_one_target_until_the_next_run(self):
         """In runs each target in turn takes every tuple; stopped, one turn per tuple again."""
         grouping = self.grouping()
