@@ -27,6 +27,7 @@ from rayflow import (
     Bolt,
     Config,
     OutputCollector,
+    SpoutOutputCollector,
     TopologyBuilder,
     TopologyContext,
     TopologyHandle,
@@ -200,6 +201,29 @@ def test_wait_returns_only_once_a_bounded_spout_has_nothing_pending(submit: Subm
     assert handle.wait(timeout=DEADLINE)
     spout = handle.metrics()["in"]
     assert spout["emitted"] == 5 and spout["acked"] == 5 and spout["pending"] == 0
+
+
+class NameReporter(Bounded):
+    """``Bounded`` that hands in the topology name its config carries when it opens."""
+
+    def __init__(self, n: int, board: Any) -> None:
+        super().__init__(n)
+        self.board = board
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        super().open(conf, context, collector)
+        ray.get(self.board.add.remote([conf.get("topology.name")]))
+
+
+def test_components_find_the_topology_name_in_their_config(submit: Submit) -> None:
+    """As in Storm, ``conf["topology.name"]`` is the name the topology was submitted under
+    (the Redis spout prefixes its consumer names with it)."""
+    board = Board.remote()
+    builder = TopologyBuilder()
+    builder.set_spout("in", NameReporter(1, board))
+    builder.set_bolt("sink", Sink()).shuffle_grouping("in")
+    submit(builder)
+    assert eventually(lambda: ray.get(board.all.remote()) == ["test"], timeout=DEADLINE)
 
 
 def test_spout_errors_are_reported_in_the_metrics(submit: Submit) -> None:

@@ -70,9 +70,10 @@ class RedisStreamSpout(Spout):
     - ``claim_idle_ms``: entries pending this long with another consumer are taken over.
       Keep it above the time a tree takes (and above ``message_timeout_secs``), or entries that
       are still being processed are emitted a second time.
-    - The consumer name is ``<component>-<task id>`` (prefixed with ``conf["topology.name"]``
-      when the config has one): two topologies reading one group need different component ids
-      or topology names.
+    - The consumer name is ``<topology name>/<component>-<task id>`` (the name from
+      ``conf["topology.name"]``, which ``submit_topology`` sets; without one, no prefix): two
+      topologies reading one group need different topology names or component ids. A restarted
+      task keeps its name, so it reads its own pending entries first.
 
     Example::
 

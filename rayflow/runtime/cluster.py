@@ -96,7 +96,8 @@ def submit_topology(
         raise TopologyError(
             [f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"]
         )
-    config = Config.of(conf)
+    # As in Storm, components find the name the topology was submitted under in their config.
+    config = Config.of(conf).merged({"topology.name": name})
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
