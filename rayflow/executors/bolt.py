@@ -253,6 +253,7 @@ class BoltExecutor(Emitter):
         stream = route.stream
         item = values[0] if route.single else values
         batches = self._batches
+        size = self.outbox.batch_size
         for task in targets:  # as in ``emit``
             batch = batches[task]
             if batch.stream is not stream:
@@ -264,7 +265,7 @@ class BoltExecutor(Emitter):
             else:
                 batch.trees += (0, 0)
             batch.values.append(item)
-            if len(batch.values) >= self.outbox.batch_size:
+            if len(batch.values) >= size:
                 self.outbox.send_batch(task)
         return targets.copy()
 
