@@ -967,8 +967,9 @@ class BasicFieldsCount(BasicBolt):
 class TestRandomTopologies:
     """Word counts of random sizes and shapes, run through the executors' real paths (columnar
     batches cut at random sizes, fields keys remembered, BasicBolt inline acking, several
-    ackers), with payloads delivered in random order: every sentence is acked exactly once,
-    or failed when it holds the word that is failed."""
+    ackers, a spout whose small pending budget saturates it, so that its shuffle sends in runs),
+    with payloads delivered in random order: every sentence is acked exactly once, or failed
+    when it holds the word that is failed."""
 
     @settings(max_examples=40, deadline=None)
     @given(
@@ -979,15 +980,19 @@ class TestRandomTopologies:
         batch_size=st.integers(1, 4),
         seed=st.integers(0, 2**16),
         basic_count=st.booleans(),
+        max_pending=st.one_of(st.none(), st.integers(1, 4)),
     )
-    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed, basic_count):
+    def test_every_tree_settles_once(self, sentences, split, count, ackers, batch_size, seed, basic_count, max_pending):
         builder = TopologyBuilder()
         builder.set_spout("sentences", Sentences())
         builder.set_bolt("split", BasicSplit(), parallelism=split).shuffle_grouping("sentences")
         counter = BasicFieldsCount("e") if basic_count else FieldsCount("e")
         builder.set_bolt("count", counter, parallelism=count).fields_grouping("split", ["word"])
         wire = InProcessTopology(
-            builder.create_topology(), {"ackers": ackers, "batch_size": batch_size}, delivery="random", seed=seed
+            builder.create_topology(),
+            {"ackers": ackers, "batch_size": batch_size, "max_spout_pending": max_pending},
+            delivery="random",
+            seed=seed,
         )
         spout = wire.components("sentences")[0]
         for i, words in enumerate(sentences):
