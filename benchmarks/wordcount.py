@@ -73,7 +73,7 @@ def run_rayflow(
     sentences: int,
     ackers: int,
     rate: float | None = None,
-    max_pending: int = DEFAULT_MAX_SPOUT_PENDING,
+    max_pending: int | None = DEFAULT_MAX_SPOUT_PENDING,
     tuning: dict[str, Any] | None = None,
     tasks: int = 1,
 ) -> dict[str, Any]:
