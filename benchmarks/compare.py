@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,19 @@ from rayflow import Config, LocalCluster  # noqa: E402
 from rayflow.errors import ConfigError  # noqa: E402
 
 PROC_STAT = Path("/proc/stat")
-_OWN_ARGUMENTS = {"ackers", "topology.acker.executors", "max_spout_pending", "topology.max.spout.pending"}
+RUN_ARGUMENTS = ("ackers", "max_spout_pending")
+"""Settings ``run_rayflow`` takes as arguments rather than as tuning (under either spelling)."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration to run, as ``run_rayflow`` takes it."""
+
+    name: str
+    tasks: int
+    ackers: int
+    max_pending: int | None
+    tuning: dict[str, Any]
 
 
 def busy_and_total() -> tuple[int, int] | None:
@@ -47,8 +60,8 @@ def busy_and_total() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-def parse_config(text: str) -> tuple[str, int, dict[str, Any]]:
-    """``NAME=JSON`` -> (name, tasks per bolt, config settings); a bad one exits with a message."""
+def parse_config(text: str) -> Configuration:
+    """``NAME=JSON`` -> a ``Configuration``; a bad one exits with a message."""
     name, sep, body = text.partition("=")
     if not sep or not name:
         raise SystemExit(f"{text!r}: expected NAME=JSON, e.g. '2x2={{\"tasks\": 2}}'")
@@ -62,20 +75,16 @@ def parse_config(text: str) -> tuple[str, int, dict[str, Any]]:
     if not isinstance(tasks, int) or tasks < 1:
         raise SystemExit(f"{name}: tasks must be a positive integer, got {tasks!r}")
     try:
-        Config.of(settings)  # a typo or bad value is reported now, not mid-run
+        config = Config.of(settings)  # a typo or bad value is reported now, not mid-run
     except ConfigError as exc:
         raise SystemExit(f"{name}: {exc}") from None
-    return name, tasks, settings
+    tuning = {k: v for k, v in settings.items() if Config.setting(k) not in RUN_ARGUMENTS}
+    return Configuration(name, tasks, config.ackers, config.max_spout_pending, tuning)
 
 
-def run_once(cluster: LocalCluster, sentences: int, tasks: int, settings: dict[str, Any]) -> dict[str, Any]:
-    config = Config.of(settings)
-    # run_rayflow takes these two as arguments (the rest as tuning); under either spelling
-    tuning = {k: v for k, v in settings.items() if k not in _OWN_ARGUMENTS}
+def run_once(cluster: LocalCluster, sentences: int, c: Configuration) -> dict[str, Any]:
     before = busy_and_total()
-    out = run_rayflow(
-        cluster, sentences, config.ackers, max_pending=config.max_spout_pending, tuning=tuning, tasks=tasks
-    )
+    out = run_rayflow(cluster, sentences, c.ackers, max_pending=c.max_pending, tuning=c.tuning, tasks=c.tasks)
     after = busy_and_total()
     if before and after and after[1] > before[1]:
         cores = (os.cpu_count() or 1) * (after[0] - before[0]) / (after[1] - before[1])
@@ -91,20 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=600_000, help="sentences per run")
     args = parser.parse_args(argv)
     configs = [parse_config(text) for text in args.configs]
-    if len({name for name, _, _ in configs}) != len(configs):
+    runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in configs}
+    if len(runs) != len(configs):
         raise SystemExit("every configuration needs a name of its own")
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     with LocalCluster() as cluster:
         run_rayflow(cluster, min(args.sentences, 50_000), 1)  # warm up: workers started, code loaded
         for r in range(args.rounds):
-            for name, tasks, settings in configs:
-                out = run_once(cluster, args.sentences, tasks, settings)
-                runs[name].append(out)
-                print(f"round {r + 1} {name}: {out['words_per_s']:,.0f} words/s", flush=True)
+            for c in configs:
+                out = run_once(cluster, args.sentences, c)
+                runs[c.name].append(out)
+                print(f"round {r + 1} {c.name}: {out['words_per_s']:,.0f} words/s", flush=True)
     print()
     baseline = None
-    for name, _, _ in configs:
-        mine = runs[name]
+    for name, mine in runs.items():
         rate = statistics.median(r["words_per_s"] for r in mine)
         baseline = baseline or rate
         line = f"{name:16s} {rate:>11,.0f} words/s  {rate / baseline:5.3f}x"
