@@ -2,13 +2,15 @@
 (when installed: the ``bench`` extra) and a bare Python loop, measured side by side in one run.
 Not a test: run it on a quiet machine.
 
-    python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--rounds 3] [--json results.json]
+    python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--rounds 5] [--json results.json]
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
 whose bolts rayflow runs here). rayflow runs
 spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking; the
 sweep runs the reliable topology with 1, 2 and 4 tasks per bolt. The sweep and bytewax run
-``--rounds`` times, interleaved, and each is reported by its median run. The latency run feeds the
+``--rounds`` times, interleaved, and each is reported by its median run; the two ratios with
+targets (1 x 1 against bytewax, 2 x 2 against 1 x 1) are the medians of each round's ratio of
+two runs made one after the other, as a shared machine's speed drifts. The latency run feeds the
 reliable topology at half the rate it reached and reports the complete latency (spout emit to
 spout ack) percentiles. bytewax runs the same split and count (``flat_map`` then a keyed
 ``stateful_map``) on one worker, without any acking.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -201,6 +204,13 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ordered[len(ordered) // 2], "runs": [{"words_per_s": r["words_per_s"]} for r in runs]}
 
 
+def _paired(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, Any]:
+    """Round by round, ``runs`` against ``baseline`` (same round, run next to each other): the
+    median of those ratios and each of them."""
+    rounds = [r["words_per_s"] / b["words_per_s"] for r, b in zip(runs, baseline, strict=True)]
+    return {"median": statistics.median(rounds), "rounds": rounds}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=300_000, help="sentences per rayflow run")
@@ -212,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-linger-ms", type=float, help="rayflow.control.linger.ms (default: Config's)")
     parser.add_argument("--tasks", type=int, nargs="*", default=[1, 2, 4], help="tasks per bolt in the sweep")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="the sweep and bytewax run this often, interleaved; medians are reported"
+        "--rounds", type=int, default=5, help="the sweep and bytewax run this often, interleaved; medians are reported"
     )
     parser.add_argument("--bytewax-batch", type=int, default=1000, help="bytewax TestingSource batch size")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -242,13 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     bytewax_runs: list[dict[str, Any]] = []
     with LocalCluster() as cluster:
         # Rounds interleave the configurations (and bytewax), so that a slow spell of a shared
-        # machine weighs on all of them alike; each is reported by its median run.
-        for _ in range(args.rounds):
-            for n in sweep:
-                runs[n].append(run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n))
-            bytewax_run = run_bytewax(args.sentences, args.bytewax_batch)
-            if bytewax_run is not None:
-                bytewax_runs.append(bytewax_run)
+        # machine weighs on all of them alike; each is reported by its median run. The order
+        # turns round every round (bytewax, 1, 2, 4, then 4, 2, 1, bytewax): 1 x 1 always runs
+        # next to bytewax and to 2 x 2, and a machine slowing down through a round favours none.
+        for round_ in range(args.rounds):
+            order: list[int | None] = [None, *sweep]  # None: bytewax
+            for n in order if round_ % 2 == 0 else reversed(order):
+                if n is not None:
+                    runs[n].append(run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n))
+                    continue
+                bytewax_run = run_bytewax(args.sentences, args.bytewax_batch)
+                if bytewax_run is not None:
+                    bytewax_runs.append(bytewax_run)
         results["tasks"] = {str(n): _median(r) for n, r in runs.items()}
         results["reliable"] = results["tasks"]["1"]
         results["unreliable"] = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
@@ -267,8 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         "reliable_vs_unreliable": reliable / results["unreliable"]["words_per_s"],
         "reliable_vs_bare_loop": reliable / results["bare_loop"]["words_per_s"],
     }
-    if results["bytewax"] is not None:
-        results["ratios"]["reliable_vs_bytewax"] = reliable / results["bytewax"]["words_per_s"]
+    # The ratios the targets are about are medians of per-round ratios, each of two runs made
+    # next to each other: a shared box's speed drifts by a third within minutes, which a ratio
+    # of two medians (taken from different moments) would carry.
+    paired = {}
+    if bytewax_runs:
+        paired["reliable_vs_bytewax"] = _paired(runs[1], bytewax_runs)
+    if 2 in runs:
+        paired["2x2_vs_1x1"] = _paired(runs[2], runs[1])
+    results["paired_ratios"] = paired
+    results["ratios"].update({name: figure["median"] for name, figure in paired.items()})
 
     print(f"{'configuration':<28}{'words/s':>14}")
     for key, label in [
@@ -285,10 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     for n, run in sorted(results["tasks"].items(), key=lambda item: int(item[0])):
         each = ", ".join(f"{r['words_per_s'] / 1000:.0f}k" for r in run["runs"])
         print(f"{f'acking, {n} split x {n} count':<28}{run['words_per_s']:>14,.0f}   (runs: {each})")
-    if "2" in results["tasks"]:
-        results["ratios"]["2x2_vs_1x1"] = results["tasks"]["2"]["words_per_s"] / reliable
     for name, ratio in results["ratios"].items():
-        print(f"{name:<28}{ratio:>14.3f}")
+        rounds = paired.get(name, {}).get("rounds")
+        each = f"   (median of rounds: {', '.join(f'{r:.3f}' for r in rounds)})" if rounds else ""
+        print(f"{name:<28}{ratio:>14.3f}{each}")
     for key in ("reliable", "half_rate"):
         lat = results[key]["complete_latency_ms"]
         print(f"complete latency ({key}): p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  mean {lat['mean']:.1f} ms")

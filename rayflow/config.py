@@ -158,12 +158,29 @@ class Config(BaseModel):
         base.update({Config.setting(k): v for k, v in overrides.items()})
         return Config.of(base)
 
+    def storm_settings_without_effect(self) -> list[str]:
+        """What to tell a user migrating from Storm about the Storm settings in this config
+        that rayflow keeps (components still find them in their ``conf``) but does not act on:
+        one line per such key, saying what decides the matter in rayflow instead."""
+        extras = self.model_extra or {}
+        return [
+            f"{key} is kept for the components but rayflow does not use it: {why}"
+            for key, why in _STORM_ONLY.items()
+            if key in extras
+        ]
+
     def to_conf(self) -> dict[str, Any]:
         """The dict components receive: every field under its name and its Storm key, plus extras."""
         conf = self.model_dump()
         conf.update(self.model_dump(by_alias=True))
         return conf
 
+
+_STORM_ONLY: dict[str, str] = {
+    "topology.workers": "every task runs in its own Ray actor (its own process), so a component's "
+    "parallelism sets how many processes it gets",
+}
+"""Storm settings a Storm user is likely to carry over that have no effect in rayflow, and why."""
 
 _FIELD_OF: dict[str, str] = {
     key: name for name, field in Config.model_fields.items() for key in (name, field.alias) if key

@@ -111,6 +111,16 @@ class TestValidate:
         assert code == 0
         assert "ok (topology 'bounded': 1 spout(s), 2 bolt(s), 4 task(s))" in out
 
+    def test_notes_a_storm_setting_without_effect(self, topology_file) -> None:
+        """A Storm file's ``topology.workers`` is valid, and the user learns what decides the
+        processes instead."""
+        path = topology_file(BOUNDED.replace("topology.message.timeout.secs: 10", "topology.workers: 4"))
+        code, out, _ = invoke("validate", str(path), "--set", "rounds=2")
+        assert code == 0
+        note = " ".join(out.split())
+        assert f"{path}: note: config: topology.workers is kept for the components but rayflow does not use it" in note
+        assert "parallelism sets how many processes" in note
+
     def test_lists_every_problem_and_exits_1(self, topology_file) -> None:
         path = topology_file(BOUNDED.replace("parallelism: 2", "parallelism: 0"))
         code, _, err = invoke("validate", str(path))

@@ -59,6 +59,15 @@ class TestUnknownKeys:
         assert passed["topology.workers"] == 4
         assert passed["my.db.url"] == "sqlite://"
 
+    def test_storm_workers_is_kept_but_said_to_have_no_effect(self):
+        """A Storm user's ``topology.workers`` reaches the components, and rayflow says what sets
+        the number of processes instead; a config without such a key gets no advice."""
+        conf = Config.of({"topology.workers": 4, "my.db.url": "sqlite://"})
+        (advice,) = conf.storm_settings_without_effect()
+        assert advice.startswith("topology.workers is kept for the components but rayflow does not use it")
+        assert "parallelism" in advice
+        assert Config.of({"my.db.url": "sqlite://"}).storm_settings_without_effect() == []
+
     def test_conf_has_names_and_storm_keys(self):
         """Components find every setting under its name and under its Storm key."""
         passed = Config(message_timeout_secs=12).to_conf()

@@ -53,6 +53,8 @@ def validate(
             markup=False,
             soft_wrap=True,
         )
+        for advice in loaded.config.storm_settings_without_effect():
+            console.out.print(f"{file}: note: config: {advice}", markup=False, soft_wrap=True)
     raise typer.Exit(1 if failed else 0)
 
 

@@ -23,6 +23,8 @@ from .task_actor import TaskActor
 
 __all__ = ["LocalCluster", "local_ray_options", "submit_topology"]
 
+logger = logging.getLogger("rayflow")
+
 _RemoteTaskActor = ray.remote(TaskActor)
 
 DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
@@ -98,6 +100,8 @@ def submit_topology(
         )
     # As in Storm, components find the name the topology was submitted under in their config.
     config = Config.of(conf).merged({"topology.name": name})
+    for advice in config.storm_settings_without_effect():
+        logger.warning("topology %r: %s", name, advice)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
