@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     # The ratios the targets are about are medians of per-round ratios, each of two runs made
     # next to each other: a shared box's speed drifts by a third within minutes, which a ratio
     # of two medians (taken from different moments) would carry.
-    paired = {}
+    paired: dict[str, dict[str, Any]] = {}
     if bytewax_runs:
         paired["reliable_vs_bytewax"] = _paired(runs[1], bytewax_runs)
     if 2 in runs:
