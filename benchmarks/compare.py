@@ -1,5 +1,7 @@
 """Compare configurations of the word count on Ray side by side: each runs ``--rounds`` times,
-interleaved with the others in one local Ray, and is reported by its median. Not a test: a
+interleaved with the others in one local Ray (the order reversed every round), and is reported
+by its median; its ratio to the first configuration is the median of the rounds' ratios, as in
+``wordcount.py``. Not a test: a
 tool for judging a change or a setting on a noisy shared machine, where only runs made side by
 side mean anything.
 
@@ -30,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: find benchmarks/
 
-from benchmarks.wordcount import run_rayflow  # noqa: E402
+from benchmarks.wordcount import paired_ratio, run_rayflow  # noqa: E402
 from rayflow import Config, LocalCluster  # noqa: E402
 from rayflow.errors import ConfigError  # noqa: E402
 
@@ -106,16 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     with LocalCluster() as cluster:
         run_rayflow(cluster, min(args.sentences, 50_000), 1)  # warm up: workers started, code loaded
         for r in range(args.rounds):
-            for c in configs:
+            for c in configs if r % 2 == 0 else reversed(configs):
                 out = run_once(cluster, args.sentences, c)
                 runs[c.name].append(out)
                 print(f"round {r + 1} {c.name}: {out['words_per_s']:,.0f} words/s", flush=True)
     print()
-    baseline = None
+    baseline = runs[configs[0].name]
     for name, mine in runs.items():
         rate = statistics.median(r["words_per_s"] for r in mine)
-        baseline = baseline or rate
-        line = f"{name:16s} {rate:>11,.0f} words/s  {rate / baseline:5.3f}x"
+        line = f"{name:16s} {rate:>11,.0f} words/s  {paired_ratio(mine, baseline)['median']:5.3f}x"
         latencies = [r["complete_latency_ms"]["p50"] for r in mine if r["complete_latency_ms"]]
         if latencies:
             line += f"  p50 {statistics.median(latencies):6.1f} ms"

@@ -204,7 +204,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ordered[len(ordered) // 2], "runs": [{"words_per_s": r["words_per_s"]} for r in runs]}
 
 
-def _paired(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, Any]:
+def paired_ratio(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, Any]:
     """Round by round, ``runs`` against ``baseline`` (same round, run next to each other): the
     median of those ratios and each of them."""
     rounds = [r["words_per_s"] / b["words_per_s"] for r, b in zip(runs, baseline, strict=True)]
@@ -287,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     # of two medians (taken from different moments) would carry.
     paired: dict[str, dict[str, Any]] = {}
     if bytewax_runs:
-        paired["reliable_vs_bytewax"] = _paired(runs[1], bytewax_runs)
+        paired["reliable_vs_bytewax"] = paired_ratio(runs[1], bytewax_runs)
     if 2 in runs:
-        paired["2x2_vs_1x1"] = _paired(runs[2], runs[1])
+        paired["2x2_vs_1x1"] = paired_ratio(runs[2], runs[1])
     results["paired_ratios"] = paired
     results["ratios"].update({name: figure["median"] for name, figure in paired.items()})
 
