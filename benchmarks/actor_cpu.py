@@ -1,5 +1,6 @@
 """CPU per word per actor (psutil) for the word count on Ray: full rate, then optionally a fixed
-rate, so that a change can be judged on a noisy machine by CPU rather than wall time.
+rate, so that a change can be judged on a noisy machine by CPU rather than wall time. On Linux it
+also prints how often each actor's busiest thread (its event loop) woke up per second.
 
     python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N]
         [--pyspy DIR]   # also py-spy record every task actor during the full-rate run
@@ -8,6 +9,7 @@ rate, so that a change can be judged on a noisy machine by CPU rather than wall 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +27,35 @@ from rayflow import Config, LocalCluster, TopologyBuilder  # noqa: E402
 TUNING: dict[str, Any] = {}
 
 
+def thread_switches(pid: int) -> dict[int, tuple[float, int]]:
+    """Per thread of ``pid`` (Linux ``/proc``): CPU seconds so far and voluntary context
+    switches (the times it blocked, so woke up again); empty where ``/proc`` is missing."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[int, tuple[float, int]] = {}
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return found
+    for thread in tasks.iterdir():
+        try:
+            stat = (thread / "stat").read_text()
+            status = (thread / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        found[int(thread.name)] = (cpu, switches)
+    return found
+
+
+def busiest_wakes(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]], secs: float) -> float:
+    """Wake-ups per second of the thread that used the most CPU between two snapshots."""
+    if not after:
+        return float("nan")
+    busiest = max(after, key=lambda t: after[t][0] - before.get(t, (0.0, 0))[0])
+    return (after[busiest][1] - before.get(busiest, (0.0, 0))[1]) / secs
+
+
 def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, pyspy: str | None) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
@@ -36,6 +67,7 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
     procs = {t: psutil.Process(m["pid"]) for t, m in tm.items()}
     names = {t: m.get("component", str(t)) for t, m in tm.items()}
     before = {t: p.cpu_times() for t, p in procs.items()}
+    threads_before = {t: thread_switches(p.pid) for t, p in procs.items()}
     spies = []
     if pyspy:
         Path(pyspy).mkdir(parents=True, exist_ok=True)
@@ -58,6 +90,9 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
     elapsed = time.perf_counter() - started
     metrics = handle.metrics()
     after = {t: p.cpu_times() for t, p in procs.items()}
+    wakes = {
+        f"{names[t]}-{t}": busiest_wakes(threads_before[t], thread_switches(p.pid), elapsed) for t, p in procs.items()
+    }
     calls = {t: m["calls_out"] for t, m in handle.task_metrics().items()}
     for s in spies:
         s.send_signal(2)
@@ -73,11 +108,19 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
     return {
         "words_per_s": expected / elapsed,
         "cpu_us_per_word": per,
+        "wakes_per_s": wakes,
         "total_cpu_us_per_word": sum(per.values()),
         "calls_out": sum(calls.values()),
         "p50": lat["p50"],
         "p99": lat["p99"],
     }
+
+
+def report(title: str, r: dict[str, Any]) -> None:
+    per_task = ("cpu_us_per_word", "wakes_per_s")
+    print(title, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k not in per_task})
+    print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
+    print("  event-loop wakes/s:", {k: round(v) for k, v in r["wakes_per_s"].items() if v == v})
 
 
 def main() -> int:
@@ -98,19 +141,11 @@ def main() -> int:
     with LocalCluster() as cluster:
         if not args.skip_full:
             r = run(cluster, args.sentences, None, args.tasks, args.pyspy)
-            print(
-                "full:",
-                {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "cpu_us_per_word"},
-            )
-            print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
+            report("full:", r)
         if args.rate:
             n = int(args.rate * args.secs)
             r = run(cluster, n, args.rate, args.tasks, args.pyspy if args.skip_full else None)
-            print(
-                f"rate {args.rate:.0f} sent/s ({args.rate * WORDS_PER_CYCLE / len(SENTENCES):.0f} words/s):",
-                {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "cpu_us_per_word"},
-            )
-            print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
+            report(f"rate {args.rate:.0f} sent/s ({args.rate * WORDS_PER_CYCLE / len(SENTENCES):.0f} words/s):", r)
     return 0
 
 
