@@ -67,7 +67,6 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
     procs = {t: psutil.Process(m["pid"]) for t, m in tm.items()}
     names = {t: m.get("component", str(t)) for t, m in tm.items()}
     before = {t: p.cpu_times() for t, p in procs.items()}
-    threads_before = {t: thread_switches(p.pid) for t, p in procs.items()}
     spies = []
     if pyspy:
         Path(pyspy).mkdir(parents=True, exist_ok=True)
@@ -82,6 +81,7 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
             )
         time.sleep(1.0)
     expected = words_in(sentences)
+    threads_before = {t: thread_switches(p.pid) for t, p in procs.items()}
     started = time.perf_counter()
     handle.activate()
     # Ask only the spout (polling every task's metrics would cost each of them CPU).
