@@ -9,6 +9,7 @@ also prints how often each actor's busiest thread (its event loop) woke up per s
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -120,7 +121,7 @@ def report(title: str, r: dict[str, Any]) -> None:
     per_task = ("cpu_us_per_word", "wakes_per_s")
     print(title, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k not in per_task})
     print("  cpu us/word:", {k: round(v, 2) for k, v in r["cpu_us_per_word"].items()})
-    print("  event-loop wakes/s:", {k: round(v) for k, v in r["wakes_per_s"].items() if v == v})
+    print("  event-loop wakes/s:", {k: round(v) for k, v in r["wakes_per_s"].items() if not math.isnan(v)})
 
 
 def main() -> int:

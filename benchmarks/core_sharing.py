@@ -7,8 +7,9 @@ touch a few megabytes each time, as the other task actors of a topology do. Linu
 The figure is the word count's own CPU per word (``time.process_time``), so the neighbours'
 CPU is not in it: what grows is what the same code costs after others have used the core.
 Runs alternate, alone then shared, and the ratio reported is the median of the pairs' ratios.
-It is why 2 split x 2 count trails 1 x 1 on a 2-core box: three task processes share each
-core instead of two (see the README's *Speed*).
+On a 2-core box 1 x 1 word count puts two task processes on each core and 2 x 2 three; compare
+``--neighbours 1`` with ``--neighbours 2`` to see whether that difference costs anything (on box
+5 it did not: 1.05x with either, see the README's *Speed*).
 """
 
 from __future__ import annotations
