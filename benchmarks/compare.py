@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from benchmarks.wordcount import paired_ratio, run_rayflow  # noqa: E402
 from rayflow import Config, LocalCluster  # noqa: E402
-from rayflow.errors import ConfigError  # noqa: E402
+from rayflow._errors import ConfigError  # noqa: E402
 
 PROC_STAT = Path("/proc/stat")
 RUN_ARGUMENTS = ("ackers", "max_spout_pending")

@@ -37,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, Spout, TopologyBuilder  # noqa: E402
-from rayflow.context import TopologyContext  # noqa: E402
-from rayflow.executors import make_executor  # noqa: E402
-from rayflow.topology import Topology  # noqa: E402
+from rayflow._context import TopologyContext  # noqa: E402
+from rayflow._executors import make_executor  # noqa: E402
+from rayflow._topology import Topology  # noqa: E402
 
 SPOUT_BURST = 256
 """``next_tuple`` calls per turn, as the runtime's spout loop makes them."""
 GC_THRESHOLD = (50_000, 20, 100)
-"""The cycle collector's thresholds a task actor runs with (``rayflow.runtime.task_actor``)."""
+"""The cycle collector's thresholds a task actor runs with (``rayflow._runtime.task_actor``)."""
 
 
 def words_in(sentences: int) -> int:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from rayflow import BasicBolt, Config, LocalCluster, Spout, TopologyBuilder, submit_topology  # noqa: E402
 from rayflow.spark import DataFrameSink, spark_session, stop_spark, write_parquet  # noqa: E402
-from rayflow.spark.shared import shared_spark  # noqa: E402
+from rayflow.spark._shared import shared_spark  # noqa: E402
 
 WORDS = ["the", "cow", "jumped", "over", "moon", "apple", "day", "doctor", "away", "seven"]
 

@@ -34,7 +34,7 @@ from rayflow import (
     TopologyContext,
     Tuple,
 )
-from rayflow.topology import Topology
+from rayflow._topology import Topology
 
 SENTENCES = [
     "the cow jumped over the moon",

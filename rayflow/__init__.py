@@ -2,10 +2,15 @@
 
 How the package stacks, bottom up:
 
-    plain Python, no Ray      errors, config, tuple, components, context, groupings, topology,
-                              anchoring, rotating_map, ack_ledger, outbox, router, collectors,
-                              metrics, executors/
-    on Ray                    runtime/ (one actor per task around an executor), testing
+    plain Python, no Ray      _errors, _config, _tuple, _components, _context, _groupings,
+                              _topology, _anchoring, _rotating_map, _ack_ledger, _outbox, _router,
+                              _collectors, _metrics, _executors/
+    on Ray                    _runtime/ (one actor per task around an executor)
+    public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
+                              topologies), connectors (brokers), spark (DataFrames)
+
+Implementation modules are private (a leading underscore); every public name is re-exported here
+or by a public subpackage, and ``tests/test_exported_members.py`` pins the surface both ways.
 
 Everything a user needs is re-exported here; ``rayflow.testing`` holds ``FeederSpout``. The
 runtime names (and ``SpecError``) are loaded on first use, so the plain-Python layer imports
@@ -14,20 +19,25 @@ without Ray.
 
 from typing import TYPE_CHECKING, Any
 
-from .collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from .components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
-from .config import Config
-from .context import TopologyContext
-from .errors import ConfigError, EmitError, FailedException, RayflowError, TopologyError
-from .groupings import CustomStreamGrouping, StreamId
-from .topology import BoltDeclarer, Topology, TopologyBuilder
-from .tuple import Tuple
+from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
+from ._config import Config
+from ._context import TopologyContext
+from ._errors import ConfigError, EmitError, FailedException, RayflowError, TopologyError
+from ._groupings import CustomStreamGrouping, StreamId
+from ._topology import BoltDeclarer, Topology, TopologyBuilder
+from ._tuple import Tuple
 
 if TYPE_CHECKING:
-    from .runtime import LocalCluster, TopologyHandle, submit_topology
-    from .spec import SpecError
+    from ._runtime import LocalCluster, TopologyHandle, submit_topology
+    from .topology_file import SpecError
 
-_LAZY = {"LocalCluster": "runtime", "TopologyHandle": "runtime", "submit_topology": "runtime", "SpecError": "spec"}
+_LAZY = {
+    "LocalCluster": "_runtime",
+    "TopologyHandle": "_runtime",
+    "submit_topology": "_runtime",
+    "SpecError": "topology_file",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """``python -m rayflow``: the ``rayflow`` command."""
 
-from .cli import main
+from ._cli import main
 
 main()

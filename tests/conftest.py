@@ -16,7 +16,7 @@ def ray_cluster() -> Iterator[str]:
     """Start Ray once; yields the GCS address (for subprocesses that join with --address)."""
     import ray
 
-    from rayflow.runtime.cluster import local_ray_options
+    from rayflow._runtime.cluster import local_ray_options
 
     ray.init(**local_ray_options(2))
     try:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow.ack_ledger import AckLedger, Outcome, Settled
-from rayflow.anchoring import ID_TYPECODE, anchor, new_id, tree_acks
-from rayflow.outbox import Outbox
-from rayflow.tuple import Tuple, TupleSource
+from rayflow._ack_ledger import AckLedger, Outcome, Settled
+from rayflow._anchoring import ID_TYPECODE, anchor, new_id, tree_acks
+from rayflow._outbox import Outbox
+from rayflow._tuple import Tuple, TupleSource
 
 from .strategies import Emit, Fail, TupleDag, failing_dags, multi_rooted_dags, tuple_dags
 

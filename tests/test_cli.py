@@ -23,13 +23,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rayflow.cli import MEANING, Outcome, app, console, flow_order
-from rayflow.cli.monitor import Monitor
-from rayflow.spec import load_topology
-from rayflow.spec.drawing import to_dot, to_mermaid
+from rayflow._cli import MEANING, Outcome, app, console, flow_order
+from rayflow._cli.monitor import Monitor
+from rayflow.topology_file import load_topology
+from rayflow.topology_file._drawing import to_dot, to_mermaid
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = sorted((ROOT / "tests" / "spec_corpus").glob("*.yaml"))
+CORPUS = sorted((ROOT / "tests" / "topology_file_corpus").glob("*.yaml"))
 RUN_TIMEOUT = 90
 START_TIMEOUT = 180
 """For a subprocess that starts a Ray of its own (10-40 s on a busy 2-core machine)."""
@@ -42,11 +42,11 @@ BOUNDED = """\
       topology.message.timeout.secs: 10
     spouts:
       - id: words
-        class: tests.spec_components.WordSpout
+        class: tests.topology_file_components.WordSpout
         kwargs: {words: [a, b, c], rounds: ${rounds}}
     bolts:
-      - {id: upper, class: tests.spec_components.Upper, parallelism: 2}
-      - {id: count, class: tests.spec_components.Count}
+      - {id: upper, class: tests.topology_file_components.Upper, parallelism: 2}
+      - {id: count, class: tests.topology_file_components.Count}
     streams:
       - {from: words, to: upper, grouping: {type: shuffle}}
       - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
@@ -57,9 +57,9 @@ ENDLESS = """\
     config:
       topology.max.spout.pending: ${pending}
     spouts:
-      - {id: numbers, class: tests.spec_components.EndlessSpout}
+      - {id: numbers, class: tests.topology_file_components.EndlessSpout}
     bolts:
-      - {id: sink, class: tests.spec_components.Sink}
+      - {id: sink, class: tests.topology_file_components.Sink}
     streams:
       - {from: numbers, to: sink, grouping: {type: shuffle}}
 """
@@ -242,7 +242,7 @@ class TestSchemaAndEntryPoints:
 
     def test_console_script_and_python_dash_m(self) -> None:
         [script] = [ep for ep in entry_points(group="console_scripts") if ep.name == "rayflow"]
-        assert script.value == "rayflow.cli:main"
+        assert script.value == "rayflow._cli:main"
         result = rayflow("--help")
         assert result.returncode == 0
         assert all(command in result.stdout for command in ("run", "validate", "graph", "schema"))
@@ -251,12 +251,12 @@ class TestSchemaAndEntryPoints:
 TROUBLED = """\
     name: troubled
     spouts:
-      - {id: words, class: tests.spec_components.WordSpout, kwargs: {rounds: 20}}
-      - {id: numbers, class: tests.spec_corpus.troubled_components.UntrackedSpout, kwargs: {count: 50}}
+      - {id: words, class: tests.topology_file_components.WordSpout, kwargs: {rounds: 20}}
+      - {id: numbers, class: tests.topology_file_corpus.troubled_components.UntrackedSpout, kwargs: {count: 50}}
     bolts:
-      - {id: count, class: tests.spec_components.Count}
-      - {id: upper, class: tests.spec_components.Upper}
-      - {id: odd, class: tests.spec_corpus.troubled_components.OddRaiser}
+      - {id: count, class: tests.topology_file_components.Count}
+      - {id: upper, class: tests.topology_file_components.Upper}
+      - {id: odd, class: tests.topology_file_corpus.troubled_components.OddRaiser}
     streams:
       - {from: words, to: upper, grouping: {type: shuffle}}
       - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
@@ -266,9 +266,9 @@ TROUBLED = """\
 REJECTED = """\
     name: rejected
     spouts:
-      - {id: words, class: tests.spec_components.WordSpout, kwargs: {rounds: 5}}
+      - {id: words, class: tests.topology_file_components.WordSpout, kwargs: {rounds: 5}}
     bolts:
-      - {id: reject, class: tests.spec_corpus.troubled_components.Rejecter}
+      - {id: reject, class: tests.topology_file_corpus.troubled_components.Rejecter}
     streams:
       - {from: words, to: reject, grouping: {type: shuffle}}
 """
@@ -467,7 +467,7 @@ class TestRun:
             """\
             name: unpicklable
             spouts:
-              - {id: locked, class: tests.spec_components.Unpicklable}
+              - {id: locked, class: tests.topology_file_components.Unpicklable}
             """
         )
         result = rayflow("run", str(path), "--duration", "1", "--address", ray_cluster)

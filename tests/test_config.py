@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rayflow.config import DEFAULT_MAX_SPOUT_PENDING, Config
-from rayflow.errors import ConfigError, RayflowError
+from rayflow._config import DEFAULT_MAX_SPOUT_PENDING, Config
+from rayflow._errors import ConfigError, RayflowError
 
 STORM_KEYS = {
     "message_timeout_secs": "topology.message.timeout.secs",

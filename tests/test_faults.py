@@ -32,8 +32,8 @@ from rayflow import (
     TopologyError,
     Tuple,
 )
-from rayflow.config import DEFAULT_MAX_SPOUT_PENDING
-from rayflow.runtime import TopologyHandle, submit_topology
+from rayflow._config import DEFAULT_MAX_SPOUT_PENDING
+from rayflow._runtime import TopologyHandle, submit_topology
 
 from .conftest import eventually
 from .topology_helpers import Board, Endless
@@ -233,7 +233,7 @@ TWO_NODES = """
     from ray.cluster_utils import Cluster
 
     from rayflow import Config
-    from rayflow.runtime import submit_topology
+    from rayflow._runtime import submit_topology
     from tests.conftest import eventually
     from tests.test_faults import numbers_topology
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow.context import TopologyContext
-from rayflow.errors import EmitError
-from rayflow.groupings import (
+from rayflow._context import TopologyContext
+from rayflow._errors import EmitError
+from rayflow._groupings import (
     AllGrouping,
     CustomGrouping,
     CustomStreamGrouping,
@@ -116,8 +116,8 @@ class TestFields:
         keys: list[Any] = ["hello", "wörld", "", 7, -3, 2.5, None, ("a", 1), ["b", [2, 3]]]
         script = (
             "import json, sys\n"
-            "from rayflow.context import TopologyContext\n"
-            "from rayflow.groupings import FieldsGrouping, StreamId\n"
+            "from rayflow._context import TopologyContext\n"
+            "from rayflow._groupings import FieldsGrouping, StreamId\n"
             "ctx = TopologyContext(1, {1: 'words', 2: 'words', 3: 'counter', 4: 'counter', 5: 'counter',"
             " 6: 'counter'}, {'words': {'default': ('word', 'n')}})\n"
             "g = FieldsGrouping(['word'])\n"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow.rotating_map import RotatingMap
+from rayflow._rotating_map import RotatingMap
 
 
 def recording_map(buckets: int) -> tuple[RotatingMap[str, int], list[tuple[str, int]]]:

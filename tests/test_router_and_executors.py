@@ -19,17 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow.anchoring import ID_TYPECODE
-from rayflow.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
-from rayflow.config import Config
-from rayflow.context import TopologyContext
-from rayflow.errors import EmitError, FailedException
-from rayflow.executors import BoltExecutor, SpoutExecutor
-from rayflow.router import Router
+from rayflow._anchoring import ID_TYPECODE
+from rayflow._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from rayflow._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
+from rayflow._config import Config
+from rayflow._context import TopologyContext
+from rayflow._errors import EmitError, FailedException
+from rayflow._executors import BoltExecutor, SpoutExecutor
+from rayflow._router import Router
+from rayflow._topology import ACKER_COMPONENT, Topology, TopologyBuilder
+from rayflow._tuple import Tuple
 from rayflow.testing import InProcessTopology
-from rayflow.topology import ACKER_COMPONENT, Topology, TopologyBuilder
-from rayflow.tuple import Tuple
 
 from .topology_helpers import Endless
 
@@ -867,7 +867,7 @@ class TestFaults:
 
 class TestLoadAwareShuffle:
     def grouping(self) -> Any:
-        from rayflow.groupings import ShuffleGrouping, StreamId
+        from rayflow._groupings import ShuffleGrouping, StreamId
 
         layout = {1: "s", 2: "b", 3: "b", 4: "b"}
         grouping = ShuffleGrouping()

@@ -25,8 +25,8 @@ from rayflow import (
     TopologyContext,
     Tuple,
 )
+from rayflow._topology import ACKER_COMPONENT
 from rayflow.testing import InProcessTopology, complete_topology
-from rayflow.topology import ACKER_COMPONENT
 
 from .topology_helpers import Bounded, Feeder, Flaky, Holder, Judge, Recorder, Relay, Sink
 

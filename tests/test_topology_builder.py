@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from rayflow.components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
-from rayflow.config import Config
-from rayflow.context import TopologyContext
-from rayflow.errors import TopologyError
-from rayflow.groupings import StreamId
-from rayflow.topology import ACKER_COMPONENT, Topology, TopologyBuilder
+from rayflow._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
+from rayflow._config import Config
+from rayflow._context import TopologyContext
+from rayflow._errors import TopologyError
+from rayflow._groupings import StreamId
+from rayflow._topology import ACKER_COMPONENT, Topology, TopologyBuilder
 
 
 class Sentences(Spout):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rayflow.runtime.streams import (
+from rayflow._runtime.streams import (
     CONTROL,
     CONTROL_CREDITS,
     CREDIT_DELAY_SECS,
@@ -27,7 +27,7 @@ from rayflow.runtime.streams import (
     data_credit_group,
     open_stream,
 )
-from rayflow.runtime.transport import StreamTransport
+from rayflow._runtime.transport import StreamTransport
 
 SECRET = b"s" * 32
 

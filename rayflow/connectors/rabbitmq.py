@@ -29,10 +29,10 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.spec import Basic, BasicProperties
 
-from ..collectors import SpoutOutputCollector
-from ..components import OutputFieldsDeclarer, Spout
-from ..context import TopologyContext
-from ..errors import ConfigError
+from .._collectors import SpoutOutputCollector
+from .._components import OutputFieldsDeclarer, Spout
+from .._context import TopologyContext
+from .._errors import ConfigError
 from ._outage import Outage
 from ._wire import redact_url, text_or_bytes
 

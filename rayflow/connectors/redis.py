@@ -33,10 +33,10 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..collectors import SpoutOutputCollector
-from ..components import OutputFieldsDeclarer, Spout
-from ..context import TopologyContext
-from ..errors import ConfigError
+from .._collectors import SpoutOutputCollector
+from .._components import OutputFieldsDeclarer, Spout
+from .._context import TopologyContext
+from .._errors import ConfigError
 from ._outage import Outage
 from ._wire import redact_url, text_or_bytes
 

@@ -17,12 +17,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"rayflow.spark needs the spark extra ({exc}): pip install 'rayflow[spark]'") from None
 
-from .arrow import SchemaMismatchError
-from .parquet import write_parquet
-from .session import SparkUnavailableError, spark_session, stop_spark
-from .shared import run_in_spark
-from .sink import DataFrameSink, ForeachBatchError
-from .spout import DataFrameSpout
+from ._arrow import SchemaMismatchError
+from ._parquet import write_parquet
+from ._session import SparkUnavailableError, spark_session, stop_spark
+from ._shared import run_in_spark
+from ._sink import DataFrameSink, ForeachBatchError
+from ._spout import DataFrameSpout
 
 __all__ = [
     "DataFrameSink",

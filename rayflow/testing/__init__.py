@@ -8,16 +8,16 @@ while the topology runs on Ray (it needs a running Ray; it is imported on first 
 
 from typing import TYPE_CHECKING, Any
 
-from .completion import CompletedTopology, MockedSpout, complete_topology
-from .in_process import InProcessTopology
+from ._completion import CompletedTopology, MockedSpout, complete_topology
+from ._in_process import InProcessTopology
 
 if TYPE_CHECKING:
-    from .feeder import FeederSpout
+    from ._feeder import FeederSpout
 
 
 def __getattr__(name: str) -> Any:
     if name == "FeederSpout":
-        from .feeder import FeederSpout
+        from ._feeder import FeederSpout
 
         return FeederSpout
     raise AttributeError(f"module 'rayflow.testing' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rayflow.context import TopologyContext
+from rayflow._context import TopologyContext
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -93,7 +93,7 @@ def test_rabbitmq_failed_trees_are_redelivered(ray_cluster: str, queue: str) -> 
 def test_rabbitmq_topology_file_loads() -> None:
     pytest.importorskip("pika")
     from rayflow.connectors.rabbitmq import RabbitMQSpout
-    from rayflow.spec import load_topology
+    from rayflow.topology_file import load_topology
 
     loaded = load_topology(Path(__file__).parents[2] / "configs" / "rabbitmq_wordcount.yaml")
     spout = loaded.topology.components["sentences"].component
@@ -135,7 +135,7 @@ def test_redis_failed_trees_are_emitted_again(ray_cluster: str, client: Any, str
 def test_redis_spout_from_a_topology_file(tmp_path: Path) -> None:
     pytest.importorskip("redis")
     from rayflow.connectors.redis import RedisStreamSpout
-    from rayflow.spec import load_topology
+    from rayflow.topology_file import load_topology
 
     path = tmp_path / "orders.yaml"
     path.write_text(

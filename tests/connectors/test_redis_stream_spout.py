@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rayflow.errors import ConfigError
+from rayflow._errors import ConfigError
 from tests.conftest import eventually
 from tests.connectors.brokers import REDIS_URL, FakeCollector, Proxy, context, drive
 

@@ -38,7 +38,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
         pytest.skip(reason)
     request.getfixturevalue("ray_cluster")
     from rayflow.spark import run_in_spark, stop_spark
-    from rayflow.spark.shared import shared_spark
+    from rayflow.spark._shared import shared_spark
 
     shared_spark()
     try:

@@ -9,7 +9,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from rayflow.spark.arrow import SchemaMismatchError, TableBuilder, parse_schema  # noqa: E402
+from rayflow.spark._arrow import SchemaMismatchError, TableBuilder, parse_schema  # noqa: E402
 
 
 class TestInference:

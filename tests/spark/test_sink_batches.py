@@ -13,7 +13,7 @@ pytest.importorskip("pyarrow")
 from rayflow.spark import DataFrameSink, ForeachBatchError, SchemaMismatchError  # noqa: E402
 from rayflow.spark import shared as shared_module  # noqa: E402
 from rayflow.spark import sink as sink_module  # noqa: E402
-from rayflow.spark.sink import MAX_INFLIGHT, Batcher  # noqa: E402
+from rayflow.spark._sink import MAX_INFLIGHT, Batcher  # noqa: E402
 
 
 class Row:

@@ -14,7 +14,7 @@ import ray  # noqa: E402
 
 from rayflow import submit_topology  # noqa: E402
 from rayflow.spark import DataFrameSink, DataFrameSpout  # noqa: E402
-from rayflow.spec import SpecError, load_topology  # noqa: E402
+from rayflow.topology_file import SpecError, load_topology  # noqa: E402
 
 from ..topology_helpers import Board  # noqa: E402
 from .helpers import BOARD, BOARD_NAMESPACE  # noqa: E402

@@ -1,0 +1,55 @@
+"""The arguments the commands share (FILE, ``--set``, ``--properties``), and loading a topology
+file with them: its problems go to stderr, one per line, and exit 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..topology_file import LoadedTopology, SpecError, load_topology, read_properties
+from . import console
+
+__all__ = ["FileArg", "PropertiesOpt", "SetOpt", "load", "placeholders", "report"]
+
+FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="Topology file (YAML or JSON).", show_default=False)]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="Fill ${KEY} in the file; repeatable, wins over --properties."),
+]
+PropertiesOpt = Annotated[
+    Path | None, typer.Option("--properties", metavar="FILE", help="A key=value file that fills ${key} placeholders.")
+]
+
+
+def placeholders(sets: list[str] | None, file: Path | None) -> dict[str, str]:
+    """The placeholders' values: the ``--properties`` file's, then each ``--set KEY=VALUE``."""
+    props: dict[str, str] = {}
+    if file is not None:
+        try:
+            props.update(read_properties(file))
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--properties") from None
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        props[key.strip()] = value
+    return props
+
+
+def report(exc: SpecError) -> None:
+    """Every problem of a topology file on stderr, then how many."""
+    for problem in exc.problems:
+        console.err.print(str(problem), markup=False, soft_wrap=True)
+    console.err.print(f"{len(exc.problems)} problem(s)", style="bold red")
+
+
+def load(file: Path, sets: list[str] | None, properties_file: Path | None) -> LoadedTopology:
+    """The topology in ``file``; or its problems reported and exit 1."""
+    try:
+        return load_topology(file, placeholders(sets, properties_file))
+    except SpecError as exc:
+        report(exc)
+        raise typer.Exit(1) from None

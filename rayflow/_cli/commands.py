@@ -1,0 +1,154 @@
+"""The commands themselves: ``validate``, ``graph``, ``schema`` and ``run``.
+
+Each is a thin layer over the rest: ``arguments`` loads the topology file, ``ray_connection``
+connects to Ray, ``monitor`` watches the run and ``exit_codes`` says what its exit code means.
+``rayflow._cli`` registers them on the typer app.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .._errors import RayflowError
+from ..topology_file import SpecError, TopologySpec, load_topology
+from . import console
+from .arguments import FileArg, PropertiesOpt, SetOpt, load, placeholders, report
+from .exit_codes import MEANING, Outcome
+from .monitor import Monitor
+from .progress import progress
+from .ray_connection import ray_connection
+
+__all__ = ["RUN_HELP", "graph", "run", "schema", "validate"]
+
+
+def validate(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Topology files to check.", show_default=False)],
+    set_: SetOpt = None,
+    properties: PropertiesOpt = None,
+) -> None:
+    """Check topology files without starting anything.
+
+    Exits 0 when every file is fine; otherwise lists every problem as file:line path: message
+    and exits 1.
+    """
+    props = placeholders(set_, properties)
+    failed = False
+    for file in files:
+        try:
+            loaded = load_topology(file, props)
+        except SpecError as exc:
+            report(exc)
+            failed = True
+            continue
+        topology = loaded.topology
+        tasks = sum(c.parallelism for c in topology.components.values())
+        console.out.print(
+            f"{file}: ok (topology {loaded.name!r}: {len(topology.spouts)} spout(s), "
+            f"{len(topology.bolts)} bolt(s), {tasks} task(s))",
+            markup=False,
+            soft_wrap=True,
+        )
+        for advice in loaded.config.storm_settings_without_effect():
+            console.out.print(f"{file}: note: config: {advice}", markup=False, soft_wrap=True)
+    raise typer.Exit(1 if failed else 0)
+
+
+def graph(
+    file: FileArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", metavar="OUT", help="Write .dot, .gv, .mmd, .svg, .png or .pdf; default: DOT to stdout."
+        ),
+    ] = None,
+    set_: SetOpt = None,
+    properties: PropertiesOpt = None,
+) -> None:
+    """Draw the topology: components, parallelism, and the groupings on the edges.
+
+    .dot, .gv and .mmd (Mermaid) are written directly; .svg, .png and .pdf need Graphviz's
+    `dot` program on PATH.
+    """
+    import graphviz
+
+    from ..topology_file._drawing import to_dot, write_graph
+
+    loaded = load(file, set_, properties)
+    if output is None:
+        sys.stdout.write(to_dot(loaded.topology, loaded.name).source)
+        return
+    try:
+        write_graph(loaded.topology, loaded.name, output)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--output") from None
+    except graphviz.ExecutableNotFound:
+        console.err.print(
+            f"cannot write {output}: rendering {output.suffix} needs Graphviz's `dot` program, which is not on "
+            "PATH. Install Graphviz (e.g. `apt-get install graphviz`), or write .dot or .mmd instead.",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1) from None
+    console.out.print(f"wrote {output}", markup=False, soft_wrap=True)
+
+
+def schema() -> None:
+    """Print the JSON Schema of the topology file format (for editors)."""
+    sys.stdout.write(json.dumps(TopologySpec.model_json_schema(by_alias=True), indent=2) + "\n")
+
+
+RUN_HELP = """Submit a topology and watch it live.
+
+Shows, per component, emitted, acked, failed, pending, rate and latency, refreshed every
+second, and under the table the last error of each component that raised. Ctrl-C or
+--duration stops it cleanly (deactivate, let pending trees complete, kill) and prints a
+summary; it also ends once every spout is exhausted and nothing is pending.
+
+Without --address it starts a local Ray of its own, even when RAY_ADDRESS is set or a
+`ray start` cluster runs on this machine, and stops it at the end.
+
+Exit codes:
+
+""" + "\n".join(f"* {int(code)}: {meaning}" for code, meaning in MEANING.items())
+
+
+def run(
+    file: FileArg,
+    set_: SetOpt = None,
+    properties: PropertiesOpt = None,
+    duration: Annotated[
+        float | None, typer.Option(min=0, metavar="SECONDS", help="Stop after this long; default: until Ctrl-C.")
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            metavar="auto|HOST:PORT",
+            help="Join this Ray cluster (its GCS address) instead of starting a local one. A cluster with token "
+            "authentication needs its token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token.",
+        ),
+    ] = None,
+    inactive: Annotated[bool, typer.Option("--inactive", help="Submit with the spouts deactivated.")] = False,
+) -> None:
+    """Submit a topology and watch it live (see ``RUN_HELP``)."""
+    loaded = load(file, set_, properties)
+    from .._runtime import submit_topology  # Ray is imported by the one command that needs it
+
+    with ray_connection(address):
+        tasks = sum(c.parallelism for c in loaded.topology.components.values()) + loaded.config.ackers
+        try:
+            with progress(f"starting topology {loaded.name!r}", f"{tasks} task actors", "topology started"):
+                handle = submit_topology(loaded.name, loaded.config, loaded.topology, active=not inactive)
+        except Exception as exc:  # a RayflowError, or Ray failing to place or start the actors
+            console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
+            raise typer.Exit(Outcome.NOT_STARTED) from None
+        outcome = Monitor(handle, loaded, duration).run()
+    raise typer.Exit(outcome)
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, RayflowError) else f"{type(exc).__name__}: {exc}"

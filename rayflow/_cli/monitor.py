@@ -1,0 +1,230 @@
+"""``rayflow run``'s live monitor: the table (or, without a terminal, a progress line) refreshed
+every second, the errors of the components that raised, the clean stop, and the summary with
+its verdict (an ``Outcome``, the exit code)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from contextlib import nullcontext
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .._topology import Topology
+from ..topology_file import LoadedTopology
+from . import console
+from .exit_codes import MEANING, Metrics, Outcome, outcome_of
+
+if TYPE_CHECKING:
+    from .._runtime import TopologyHandle
+
+__all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order"]
+
+REFRESH_SECS = 1.0
+DRAIN_SECS = 5.0
+"""After the spouts are deactivated, how long pending trees get to complete before the kill."""
+
+
+class _Stop(Exception):
+    """SIGTERM asks for the same clean stop as Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+class Monitor:
+    """Polls ``handle.metrics()`` once a second and shows it, until the duration is up, Ctrl-C,
+    or every spout is done; then stops the topology cleanly, prints the summary and tells
+    the ``Outcome``."""
+
+    def __init__(self, handle: TopologyHandle, loaded: LoadedTopology, duration: float | None) -> None:
+        self.handle = handle
+        self.name = loaded.name
+        self.spouts = [c.id for c in loaded.topology.spouts]
+        self.bolts = flow_order(loaded.topology)
+        self.duration = duration
+        self.live = console.out.is_terminal
+        self.shown_errors: dict[str, tuple[int, str]] = {}
+
+    def run(self) -> Outcome:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        started = time.monotonic()
+        try:
+            try:
+                reason = self._watch(started)
+            except (KeyboardInterrupt, _Stop):
+                reason = "interrupted"
+            final = self._stop()
+        finally:
+            self.handle.kill()
+            signal.signal(signal.SIGTERM, previous)
+        return self._summary(final, time.monotonic() - started, reason)
+
+    def _watch(self, started: float) -> str:
+        out = console.out
+        last = (started, self.handle.metrics())
+        live = Live(console=out, auto_refresh=False, transient=True) if self.live else None
+        with live or nullcontext():
+            while True:
+                elapsed = time.monotonic() - started
+                left = None if self.duration is None else self.duration - elapsed
+                if left is not None and left <= 0:
+                    return f"ran for {self.duration:g}s"
+                time.sleep(REFRESH_SECS if left is None else min(REFRESH_SECS, left))
+                now, metrics = time.monotonic(), self.handle.metrics()
+                rates = _rates(last, (now, metrics), self.spouts)
+                last = (now, metrics)
+                if live is not None:
+                    view = self._table(metrics, rates, self._title(now - started))
+                    live.update(Group(view, *self._errors(metrics)), refresh=True)
+                else:
+                    out.print(self._line(metrics, now - started), markup=False, soft_wrap=True)
+                    for line in self._new_errors(metrics):
+                        out.print(line, style="red", markup=False, soft_wrap=True)
+                if self._finished(metrics):
+                    return "every spout is exhausted and nothing is pending"
+
+    def _title(self, elapsed: float) -> str:
+        limit = f" of {self.duration:g}s" if self.duration is not None else ""
+        return f"{self.name}: {elapsed:.0f}s{limit} (Ctrl-C to stop)"
+
+    def _finished(self, metrics: Metrics) -> bool:
+        done = all(metrics[s].get("exhausted") and not metrics[s].get("pending") for s in self.spouts)
+        return done and self.handle.wait(timeout=0)
+
+    def _stop(self) -> Metrics:
+        """Deactivate, let pending trees complete for up to ``DRAIN_SECS``, and return the last
+        metrics. A second Ctrl-C skips the wait."""
+        try:
+            self.handle.deactivate()
+            deadline = time.monotonic() + DRAIN_SECS
+            while True:
+                metrics = self.handle.metrics()
+                drained = sum(metrics[s].get("pending", 0) for s in self.spouts) == 0
+                if drained or time.monotonic() >= deadline:
+                    return metrics
+                time.sleep(0.1)
+        except (KeyboardInterrupt, _Stop):
+            return self.handle.metrics()
+
+    def _error_lines(self, metrics: Metrics) -> dict[str, tuple[int, str]]:
+        """Per component that raised: how often, and the line that says it."""
+        lines = {}
+        for cid in self.spouts + self.bolts:
+            m = metrics[cid]
+            if m.get("errors"):
+                lines[cid] = (m["errors"], f"{cid}: {m['errors']:,} error(s), the last: {m.get('last_error') or '?'}")
+        return lines
+
+    def _errors(self, metrics: Metrics) -> list[Text]:
+        return [Text(line, style="red") for _, line in self._error_lines(metrics).values()]
+
+    def _new_errors(self, metrics: Metrics) -> list[str]:
+        """The error lines that changed since the last progress line (one-line mode)."""
+        lines = self._error_lines(metrics)
+        changed = [f"  {line}" for cid, (count, line) in lines.items() if self.shown_errors.get(cid) != (count, line)]
+        self.shown_errors = lines
+        return changed
+
+    def _line(self, metrics: Metrics, elapsed: float) -> str:
+        parts = [
+            f"{s} emitted={m['emitted']:,} acked={m['acked']:,} failed={m['failed']:,} pending={m.get('pending', 0):,}"
+            for s, m in ((s, metrics[s]) for s in self.spouts)
+        ]
+        parts += [f"{b} executed={metrics[b]['executed']:,}" for b in self.bolts]
+        return f"[{elapsed:5.1f}s] " + " | ".join(parts)
+
+    def _table(self, metrics: Metrics, rates: dict[str, float], title: str) -> Table:
+        errors = any(metrics[cid].get("errors") for cid in self.spouts + self.bolts)
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column("component")
+        for header in ("tasks", "emitted", "acked", "failed", "pending", "rate/s", "p50 ms", "p99 ms"):
+            table.add_column(header, justify="right")
+        if errors:
+            table.add_column("errors", justify="right")
+        for cid in self.spouts + self.bolts:
+            m = metrics[cid]
+            spout = cid in self.spouts
+            latency = m.get("complete_latency_ms" if spout else "process_latency_ms") or {}
+            row = [
+                f"{cid} [dim]{'spout' if spout else 'bolt'}[/dim]",
+                str(m.get("tasks", "")),
+                f"{m['emitted']:,}",
+                f"{m['acked']:,}",
+                f"[red]{m['failed']:,}[/red]" if m["failed"] else "0",
+                f"{m.get('pending', 0):,}" if spout else "",
+                f"{rates.get(cid, 0.0):,.0f}",
+                _ms(latency.get("p50", 0.0)),
+                _ms(latency.get("p99", 0.0)),
+            ]
+            if errors:
+                row.append(f"[red]{m['errors']:,}[/red]" if m.get("errors") else "0")
+            table.add_row(*row)
+        table.caption = "latency: complete (spouts), process (bolts) · rate: emitted/s (spouts), executed/s (bolts)"
+        table.caption_justify = "left"
+        return table
+
+    def _summary(self, metrics: Metrics, elapsed: float, reason: str) -> Outcome:
+        out, err = console.out, console.err
+        averages = {cid: _count(metrics[cid], cid in self.spouts) / max(elapsed, 1e-9) for cid in metrics}
+        out.print(self._table(metrics, averages, f"{self.name}: summary after {elapsed:.1f}s ({reason})"))
+        for s in self.spouts:
+            out.print(_spout_verdict(s, metrics[s]), markup=False, soft_wrap=True)
+        for _, line in self._error_lines(metrics).values():
+            err.print(line, markup=False, soft_wrap=True)
+        outcome = outcome_of(metrics, self.spouts, self.spouts + self.bolts)
+        if outcome != Outcome.ACKED:
+            err.print(f"exit {int(outcome)}: {MEANING[outcome]}", markup=False, soft_wrap=True)
+        return outcome
+
+
+def flow_order(topology: Topology) -> list[str]:
+    """The bolts in the order tuples reach them: in waves from the spouts (a bolt comes after
+    every component it reads from), each wave as declared. A cycle is broken at its first bolt
+    as declared."""
+    placed = {c.id for c in topology.spouts}
+    waiting = list(topology.bolts)
+    order: list[str] = []
+    while waiting:
+        wave = [b for b in waiting if all(sub.component in placed for sub in b.inputs)] or waiting[:1]
+        order += [b.id for b in wave]
+        placed.update(b.id for b in wave)
+        waiting = [b for b in waiting if b.id not in placed]
+    return order
+
+
+def _spout_verdict(spout: str, m: dict[str, Any]) -> str:
+    """What became of the spout's tuple trees. Its ``emitted`` also counts untracked tuples
+    (no ``msg_id``), which are never acked: the trees are what was acked, failed or is pending."""
+    acked, failed, pending = m["acked"], m["failed"], m.get("pending", 0)
+    trees = acked + failed + pending
+    untracked = max(m["emitted"] - trees, 0)
+    also = f"; {untracked:,} untracked tuple(s) emitted (no msg_id: never acked)" if untracked else ""
+    if not trees and untracked:
+        return f"{spout}: {untracked:,} untracked tuple(s) emitted (no msg_id: nothing to ack)"
+    if not failed and not pending:
+        return f"{spout}: every tuple tree was acked ({acked:,}){also}"
+    return f"{spout}: {acked:,} of {trees:,} tuple tree(s) acked, {failed:,} failed, {pending:,} still pending{also}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.2f}" if value else "-"
+
+
+def _count(m: dict[str, Any], spout: bool) -> int:
+    return int(m["emitted"] if spout else m["executed"])
+
+
+def _rates(before: tuple[float, Metrics], after: tuple[float, Metrics], spouts: list[str]) -> dict[str, float]:
+    span = max(after[0] - before[0], 1e-9)
+    return {
+        cid: (_count(m, cid in spouts) - _count(before[1].get(cid, m), cid in spouts)) / span
+        for cid, m in after[1].items()
+    }

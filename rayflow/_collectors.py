@@ -1,0 +1,146 @@
+"""The collectors components emit through.
+
+Each is a thin facade over the task that runs the component. The collectors know that task only
+through the small protocols below (``SpoutTask``, ``BoltTask``), so they do not depend on the
+executors, and they never write the task's state: a spout saying it is exhausted is a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._tuple import DEFAULT_STREAM
+
+if TYPE_CHECKING:
+    from ._tuple import Tuple
+
+__all__ = ["BasicOutputCollector", "BoltTask", "OutputCollector", "SpoutOutputCollector", "SpoutTask"]
+
+
+class SpoutTask(Protocol):
+    """What a spout's collector needs from the task running the spout."""
+
+    def emit(self, stream: str, values: list[Any], msg_id: Any, direct_task: int | None) -> list[int]: ...
+
+    def mark_exhausted(self) -> None: ...
+
+    def report_error(self, exc: BaseException, where: str) -> None: ...
+
+
+class BoltTask(Protocol):
+    """What a bolt's collector needs from the task running the bolt."""
+
+    def emit(
+        self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None
+    ) -> list[int]: ...
+
+    def ack(self, tup: Tuple) -> None: ...
+
+    def fail(self, tup: Tuple) -> None: ...
+
+    def reset_timeout(self, tup: Tuple) -> None: ...
+
+    def report_error(self, exc: BaseException, where: str) -> None: ...
+
+
+class SpoutOutputCollector:
+    """Handed to ``Spout.open``. Example::
+
+    def next_tuple(self):
+        line = self.source.poll()
+        if line is None:
+            return
+        self.collector.emit([line], msg_id=line.offset)   # tracked: ack/fail report on it
+    """
+
+    def __init__(self, task: SpoutTask) -> None:
+        self._task = task
+
+    def emit(self, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a tuple; with a ``msg_id`` its tree is tracked and ``ack``/``fail`` report on it,
+        without one it is never acked or failed. Returns the ids of the tasks it was sent to."""
+        return self._task.emit(stream, values, msg_id, None)
+
+    def emit_direct(self, task_id: int, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
+        """Emit to one task of a bolt subscribed with a direct grouping to a direct stream."""
+        self._task.emit(stream, values, msg_id, task_id)
+
+    def exhausted(self) -> None:
+        """This bounded spout has nothing more to emit (until a ``fail`` makes it replay).
+        ``TopologyHandle.wait`` returns once every spout task is exhausted with nothing pending."""
+        self._task.mark_exhausted()
+
+    def report_error(self, exc: BaseException) -> None:
+        """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
+        self._task.report_error(exc, "reported by the spout")
+
+
+class OutputCollector:
+    """Handed to ``Bolt.prepare``. Every input must be acked or failed, now or later::
+
+    def execute(self, tup):
+        for word in tup["sentence"].split():
+            self.collector.emit([word], anchors=tup)   # joins tup's trees
+        self.collector.ack(tup)
+    """
+
+    def __init__(self, task: BoltTask) -> None:
+        self._task = task
+
+    def emit(
+        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
+    ) -> list[int]:
+        """Emit a tuple, anchored to ``anchors`` (joining their trees: failing it fails every
+        root) or unanchored (its fate affects no spout tuple). Returns the receiving task ids."""
+        return self._task.emit(stream, values, anchors, None)
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: list[Any],
+        anchors: Tuple | list[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit to one task of a bolt subscribed with a direct grouping to a direct stream."""
+        self._task.emit(stream, values, anchors, task_id)
+
+    def ack(self, tup: Tuple) -> None:
+        """``tup`` is processed; once every tuple of a tree is acked, its spout's ``ack`` runs."""
+        self._task.ack(tup)
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``'s trees at once: their spouts' ``fail`` runs (and they may replay)."""
+        self._task.fail(tup)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Tell the acker that ``tup``'s trees are still being worked on: restart their timeout."""
+        self._task.reset_timeout(tup)
+
+    def report_error(self, exc: BaseException) -> None:
+        """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
+        self._task.report_error(exc, "reported by the bolt")
+
+
+class BasicOutputCollector:
+    """Handed to ``BasicBolt.execute``: every emit is anchored to the input being executed.
+
+    The bolt executor replaces ``emit`` on its collector by its own ``emit_input`` (the same
+    signature and behaviour), which saves a Python call per emitted tuple."""
+
+    def __init__(self, task: BoltTask) -> None:
+        self._task = task
+        self.input: Tuple | None = None
+        """The tuple being executed; set by whatever runs the ``BasicBolt``."""
+
+    def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        return self._task.emit(stream, values, self.input, None)
+
+    def emit_direct(self, task_id: int, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
+        self._task.emit(stream, values, self.input, task_id)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        self._task.reset_timeout(tup)
+
+    def report_error(self, exc: BaseException) -> None:
+        self._task.report_error(exc, "reported by the bolt")

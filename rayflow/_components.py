@@ -1,0 +1,119 @@
+"""The classes users subclass: ``Spout``, ``Bolt`` and ``BasicBolt``.
+
+Every method has a do-nothing default, so a component overrides only what it needs. Instances
+are handed to the builder and pickled: every task runs its own copy, so per-task state set in
+``open``/``prepare`` never leaks between tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ._errors import TopologyError
+from ._tuple import DEFAULT_STREAM
+
+if TYPE_CHECKING:
+    from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+    from ._context import TopologyContext
+    from ._tuple import Tuple
+
+__all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StreamDeclaration"]
+
+
+@dataclass(frozen=True)
+class StreamDeclaration:
+    """One declared output stream: its fields and whether it takes direct emits only."""
+
+    fields: tuple[str, ...]
+    direct: bool = False
+
+
+class OutputFieldsDeclarer:
+    """Collects a component's output streams in ``declare_output_fields``."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, StreamDeclaration] = {}
+
+    def declare(self, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
+        self.declare_stream(DEFAULT_STREAM, fields, direct)
+
+    def declare_stream(self, stream_id: str, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
+        if not isinstance(stream_id, str) or not stream_id:
+            raise TopologyError([f"stream id must be a non-empty string, got {stream_id!r}"])
+        if stream_id in self.streams:
+            raise TopologyError([f"stream {stream_id!r} is declared twice"])
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise TopologyError([f"fields of stream {stream_id!r} must be a list of names"])
+        if len(set(fields)) != len(fields):
+            raise TopologyError([f"stream {stream_id!r} declares a field twice: {list(fields)}"])
+        self.streams[stream_id] = StreamDeclaration(tuple(fields), bool(direct))
+
+
+class _Component:
+    outputs: ClassVar[list[str] | None] = None
+    """Shorthand: the default ``declare_output_fields`` declares these on the default stream."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        if self.outputs is not None:
+            declarer.declare(list(self.outputs))
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        """Config this component asks for itself, as Storm's ``getComponentConfiguration``
+        (e.g. ``{"tick_tuple_freq_secs": 5}`` for a bolt that flushes on ticks). The
+        ``config=`` given to ``set_spout``/``set_bolt`` wins over it."""
+        return None
+
+
+class Spout(_Component):
+    """A source of tuples. Emit from ``next_tuple``; ``ack``/``fail`` report the fate of a tree."""
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        pass
+
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples. Called in a loop; must not block for long."""
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree rooted at ``msg_id`` was fully processed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tree rooted at ``msg_id`` failed somewhere or timed out: replay it if you need to."""
+
+    def activate(self) -> None:
+        pass
+
+    def deactivate(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Bolt(_Component):
+    """A processing step. ``execute`` must ack or fail every input tuple, now or later."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        pass
+
+    def execute(self, tup: Tuple) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tup)")
+
+    def cleanup(self) -> None:
+        pass
+
+
+class BasicBolt(_Component):
+    """A bolt whose emits are anchored to the input and whose input is acked on return.
+
+    Raising ``FailedException`` (or any other exception) fails the input instead.
+    """
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        pass
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tup, collector)")
+
+    def cleanup(self) -> None:
+        pass

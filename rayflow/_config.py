@@ -1,0 +1,208 @@
+"""Topology configuration: Storm's keys, validated by pydantic.
+
+Every field accepts its Storm dotted key as an alias (``topology.message.timeout.secs``), so a
+config written for Storm reads unchanged. Keys rayflow does not know are kept and handed to the
+components in ``conf``, as Storm does with user keys -- except a key in rayflow's own namespace
+(``rayflow.``) or one a letter or two away from a key rayflow knows: those are typos.
+
+This module is the one place that knows the keys. ``Config.problems`` lists everything wrong
+with a mapping, one ``ConfigProblem`` per key, so that a topology file can put each on its line;
+making a ``Config`` raises ``ConfigError`` listing the same problems.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic_core import ErrorDetails
+
+from ._errors import ConfigError
+
+__all__ = ["DEFAULT_MAX_SPOUT_PENDING", "Config", "ConfigProblem"]
+
+DEFAULT_MAX_SPOUT_PENDING = 5000
+_NAMESPACE = "rayflow."
+_VALUES_ONLY = "rayflow.config.values_only"
+"""Validation context flag: check the values only (``Config.problems`` has checked the keys)."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a config mapping: the ``key`` as it was given, and what is wrong.
+
+    ``error`` is pydantic's description of a bad value (for callers that word it their own way);
+    ``same_as`` is the other spelling of a setting given twice."""
+
+    key: str
+    message: str
+    error: ErrorDetails | None = None
+    same_as: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+class Config(BaseModel):
+    """Topology-wide settings; a plain ``dict`` is accepted wherever a ``Config`` is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_assignment=True)
+
+    message_timeout_secs: float = Field(30.0, gt=0, alias="topology.message.timeout.secs")
+    ackers: int = Field(1, ge=0, alias="topology.acker.executors")
+    max_spout_pending: int | None = Field(DEFAULT_MAX_SPOUT_PENDING, ge=1, alias="topology.max.spout.pending")
+    """Trees in flight per spout task. Finite by default so that a bolt that never acks cannot
+    grow the spout's and the acker's memory without bound; ``None`` lifts the cap."""
+    enable_message_timeouts: bool = Field(True, alias="topology.enable.message.timeouts")
+    debug: bool = Field(False, alias="topology.debug")
+    tick_tuple_freq_secs: float | None = Field(None, gt=0, alias="topology.tick.tuple.freq.secs")
+    """Deliver a tick tuple this often to every bolt it applies to (usually set per component)."""
+    max_task_restarts: int = Field(-1, ge=-1, alias="rayflow.task.max.restarts")
+    """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
+
+    # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
+    batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")
+    """Tuples per batch sent to one task: a batch is sent as soon as it is full."""
+    linger_ms: float = Field(8.0, gt=0, alias="rayflow.batch.linger.ms")
+    """A data batch that is not full is sent after at most this long. Below saturation lingers,
+    not batch size, set how many frames a topology sends; a frame cost about 0.35 ms of CPU all
+    told on a 2-core box (mostly waking its receiver), and a longer linger adds to the complete
+    latency."""
+    control_linger_ms: float = Field(8.0, gt=0, alias="rayflow.control.linger.ms")
+    """Under load, acker traffic (acks to the ackers, results to the spouts) is sent at most once
+    per this period per task; when a task has sent nothing for this long it goes at once."""
+    max_inflight_batches: int = Field(64, ge=1, alias="rayflow.max.inflight.batches")
+    """Unfinished batches (frames) a task may have outstanding to one destination before it waits."""
+    max_inflight_tuples: int = Field(20_000, ge=1, alias="rayflow.max.inflight.tuples")
+    """Unprocessed tuples a task may have queued toward one destination before it waits: the
+    backlog a stuck task may build before its producers stop."""
+    task_cpus: float = Field(0.01, ge=0, alias="rayflow.task.cpus")
+    """Ray CPU resource reserved per task actor: fractional so small machines place topologies."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _raise_config_error(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        """Every way of making or changing a ``Config`` reports its problems as ``ConfigError``."""
+        if info.context is not None and info.context.get(_VALUES_ONLY):
+            return handler(data)
+        if isinstance(data, Mapping):
+            problems = cls.problems(data)
+            if problems:
+                raise ConfigError("invalid config: " + "; ".join(map(str, problems)))
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise ConfigError("invalid config: " + "; ".join(map(str, _value_problems(exc)))) from None
+
+    @classmethod
+    def problems(cls, data: Mapping[Any, Any]) -> list[ConfigProblem]:
+        """Everything wrong with ``data`` as a config, in its key order: a key that is not a
+        string, a typo of a known key, a setting given under both its name and its Storm key,
+        a bad value. An empty list means ``Config.of(data)`` succeeds."""
+        problems: list[ConfigProblem] = []
+        spelled: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if not isinstance(key, str):
+                problems.append(ConfigProblem(repr(key), f"keys must be strings, got {key!r}"))
+                continue
+            name = _FIELD_OF.get(key)
+            if name is None:
+                typo = _typo(key)
+                if typo:
+                    problems.append(ConfigProblem(key, typo))
+                else:
+                    values[key] = value
+                continue
+            first = spelled.setdefault(name, key)
+            if first != key:
+                problems.append(
+                    ConfigProblem(key, f"{first!r} and {key!r} both set {name}: give one of them", same_as=first)
+                )
+                continue
+            values[key] = value
+        try:
+            cls.model_validate(values, context={_VALUES_ONLY: True})
+        except ValidationError as exc:
+            problems += _value_problems(exc)
+        order = {key: i for i, key in enumerate(map(str, data))}
+        return sorted(problems, key=lambda p: order.get(p.key, -1))
+
+    @staticmethod
+    def setting(key: str) -> str:
+        """The field a key sets (``topology.acker.executors`` -> ``ackers``); a user key is its own."""
+        return _FIELD_OF.get(key, key)
+
+    @classmethod
+    def of(cls, conf: Config | Mapping[str, Any] | None) -> Config:
+        """Coerce a ``Config``, a dict (field names or Storm keys) or ``None`` into a ``Config``."""
+        if conf is None:
+            return cls()
+        if isinstance(conf, Config):
+            return conf
+        if not isinstance(conf, Mapping):
+            raise ConfigError(f"config must be a Config or a dict, not {type(conf).__name__}")
+        return cls.model_validate(dict(conf))
+
+    def merged(self, overrides: Mapping[str, Any] | None) -> Config:
+        """A copy with ``overrides`` (field names or Storm keys) applied on top."""
+        if not overrides:
+            return self
+        problems = Config.problems(overrides)
+        if problems:
+            raise ConfigError("invalid config: " + "; ".join(map(str, problems)))
+        base = self.model_dump()
+        base.update({Config.setting(k): v for k, v in overrides.items()})
+        return Config.of(base)
+
+    def storm_settings_without_effect(self) -> list[str]:
+        """What to tell a user migrating from Storm about the Storm settings in this config
+        that rayflow keeps (components still find them in their ``conf``) but does not act on:
+        one line per such key, saying what decides the matter in rayflow instead."""
+        extras = self.model_extra or {}
+        return [
+            f"{key} is kept for the components but rayflow does not use it: {why}"
+            for key, why in _STORM_ONLY.items()
+            if key in extras
+        ]
+
+    def to_conf(self) -> dict[str, Any]:
+        """The dict components receive: every field under its name and its Storm key, plus extras."""
+        conf = self.model_dump()
+        conf.update(self.model_dump(by_alias=True))
+        return conf
+
+
+_STORM_ONLY: dict[str, str] = {
+    "topology.workers": "every task runs in its own Ray actor (its own process), so a component's "
+    "parallelism sets how many processes it gets",
+}
+"""Storm settings a Storm user is likely to carry over that have no effect in rayflow, and why."""
+
+_FIELD_OF: dict[str, str] = {
+    key: name for name, field in Config.model_fields.items() for key in (name, field.alias) if key
+}
+"""Every spelling of every field (its name, its Storm key) -> the field's name."""
+
+
+def _typo(key: str) -> str | None:
+    """Why an unknown ``key`` is refused, or ``None`` when it is a user key for the components."""
+    if key.startswith(_NAMESPACE):
+        return "unknown rayflow config key" + _did_you_mean(key, 0.6)
+    hint = _did_you_mean(key, 0.85)
+    return "unknown config key" + hint if hint else None
+
+
+def _did_you_mean(key: str, cutoff: float) -> str:
+    close = difflib.get_close_matches(key, list(_FIELD_OF), n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _value_problems(exc: ValidationError) -> list[ConfigProblem]:
+    return [
+        ConfigProblem(".".join(map(str, err["loc"])) or "config", f"{err['msg']}, got {err['input']!r}", error=err)
+        for err in exc.errors()
+    ]

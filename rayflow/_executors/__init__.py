@@ -1,0 +1,38 @@
+"""Executors: one task's logic -- a user component (or the acker) wired to its router, edge
+ids and outbox -- as plain Python, with one lifecycle for every kind (see ``base.py``). The
+Ray actor and the in-process runner both build them with ``make_executor`` and drive them
+through that lifecycle alone."""
+
+from __future__ import annotations
+
+from .._config import Config
+from .._context import TopologyContext
+from .._topology import ACKER_COMPONENT, Topology
+from .acker import AckerExecutor
+from .base import Executor, Link, Observer, Timer
+from .bolt import BoltExecutor
+from .spout import SpoutExecutor
+
+__all__ = [
+    "AckerExecutor",
+    "BoltExecutor",
+    "Executor",
+    "Link",
+    "Observer",
+    "SpoutExecutor",
+    "Timer",
+    "make_executor",
+]
+
+
+def make_executor(topology: Topology, conf: Config, context: TopologyContext, link: Link) -> Executor:
+    """The executor for ``context.this_task_id``: the acker, a spout's or a bolt's."""
+    component = context.this_component_id
+    cls: type[Executor]
+    if component == ACKER_COMPONENT:
+        cls = AckerExecutor
+    elif topology.components[component].is_spout:
+        cls = SpoutExecutor
+    else:
+        cls = BoltExecutor
+    return cls(topology, conf, context, link)

@@ -1,0 +1,363 @@
+"""The bolt task: rebuilds tuples from incoming batches, runs the user's ``execute`` and turns
+acks and fails into acker traffic. User exceptions fail the input; the task keeps running."""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._anchoring import ID_TYPECODE, anchor, getrandbits, new_id, tree_acks
+from .._collectors import OutputCollector
+from .._components import BasicBolt, Bolt
+from .._errors import FailedException
+from .._outbox import DataPayload
+from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
+from .base import Emitter, Timer
+from .basic_bolt import BasicBoltAdapter
+
+__all__ = ["BoltExecutor"]
+
+_TICK_SOURCE = -1
+MAX_TIMED = 1024
+"""Sampled tuples a plain bolt may hold un-acked while their process latency is being timed."""
+
+
+class BoltExecutor(Emitter):
+    kind = "bolt"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        component = self.topology.components[self.component_id].component
+        self.collector = OutputCollector(self)
+        self.bolt: Bolt
+        if isinstance(component, BasicBolt):
+            # Run inline by ``receive`` (the adapter is what a driver sees as ``bolt``).
+            self.bolt = BasicBoltAdapter(component, self)
+            self._basic: BasicBolt | None = component
+            self._input_collector = self.bolt.basic_collector
+            self._input_collector.emit = self.emit_input  # type: ignore[method-assign]
+        else:
+            self.bolt = component  # type: ignore[assignment]
+            self._basic = None
+        # source task -> {stream: TupleSource}, to rebuild tuples.
+        self._sources: dict[int, dict[str, TupleSource]] = {
+            _TICK_SOURCE: {TICK_STREAM: TupleSource(SYSTEM_COMPONENT, TICK_STREAM, _TICK_SOURCE, ["rate_secs"])}
+        }
+        for component_id, streams in self.topology.stream_fields().items():
+            for task in self.context.get_component_tasks(component_id):
+                self._sources[task] = {s: TupleSource(component_id, s, task, f) for s, f in streams.items()}
+        self._process = self.metrics.latency("process_latency_ms")
+        self._execute_latency = self.metrics.latency("execute_latency_ms")
+        self._timed: dict[Tuple, float] = {}
+        """Sampled tuples of a plain bolt -> when their execute started (for process latency)."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.bolt.prepare(self.conf.to_conf(), self.context, self.collector)
+        except Exception as exc:
+            self.report_error(exc, "prepare raised")
+
+    def close(self) -> None:
+        try:
+            self.bolt.cleanup()
+        except Exception as exc:
+            self.report_error(exc, "cleanup raised")
+        self.outbox.flush()
+
+    def timers(self) -> list[Timer]:
+        freq = self.conf.tick_tuple_freq_secs
+        ticks: list[Timer] = [(freq, lambda: self.tick(freq))] if freq else []
+        return ticks + super().timers()
+
+    # -- input --------------------------------------------------------------------------------
+    def receive(self, payload: DataPayload) -> None:
+        """Execute a batch of tuples from one source task, then send what they produced.
+
+        Each stream segment of the batch runs through ``_run_basic`` (a ``BasicBolt``, run and
+        acked inline) or ``_run_plain``, the hot loops of every bolt. Latencies are sampled once
+        per batch (the execute latency of a batch's first stream segment, per tuple; a plain
+        bolt's first tuple until it is acked); busy time is measured per batch."""
+        source_task, values_column, trees, streams, ends, joined = payload
+        sources = self._sources[source_task]
+        basic = self._basic is not None
+        perf = time.perf_counter
+        started = batch_started = perf()
+        failed = 0
+        timed = self._timed if not basic and len(self._timed) < MAX_TIMED else None
+        tree_values = iter(trees)
+        begin = 0
+        for stream, end in zip(streams, ends, strict=True):
+            source = sources[stream]
+            column = values_column[begin:end]
+            if len(source.fields) == 1:
+                column = [[v] for v in column]
+            if basic:
+                failed += self._run_basic(column, tree_values, source, joined)
+            else:
+                failed += self._run_plain(column, tree_values, source, joined, timed, started)
+                timed = None
+            if started:
+                if begin < end:
+                    done = perf() - started
+                    self._execute_latency.add(done / (end - begin))
+                    if basic:
+                        self._process.add(done / (end - begin))
+                started = 0.0
+            begin = end
+        metrics = self.metrics
+        if basic:
+            self._input_collector.input = None
+            metrics.acked += begin - failed
+        metrics.executed += begin
+        metrics.busy_secs += perf() - batch_started
+        # Data goes on at once (unless the driver sends it: ``flush_after_receive``); acker
+        # traffic is sent by the runtime after a linger, so that one control frame carries the
+        # acks of many batches.
+        if self.flush_after_receive:
+            self.outbox.flush_data()
+
+    def _run_basic(self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
+        """Execute one stream segment on a ``BasicBolt``, acking each input that returns and
+        failing each that raises; returns how many failed. ``trees`` yields each tuple's root
+        and value (``DataPayload``).
+
+        Flat on purpose: this loop runs once per input tuple. The inputs of one tree mostly come
+        in a row (the words of a sentence), so their acks are XORed in ``last_root`` and
+        ``last_val`` and handed to the acker mail when the root changes (XOR is associative:
+        the acker sees the same sum)."""
+        execute = self._basic.execute  # type: ignore[union-attr]
+        collector = self._input_collector
+        mails = self.outbox.acker_mails
+        n_ackers = len(mails)
+        new_tuple = object.__new__
+        failed = 0
+        last_root = last_val = 0
+        for values, root, val in zip(column, trees, trees, strict=False):
+            if root or not val:
+                # Tuple(values, source, root, val) without a class call (which packs an
+                # argument tuple and runs an __init__ frame).
+                tup = new_tuple(Tuple)
+                tup.values = values
+                tup._source = source
+                tup._tree = root
+                tup._val = val
+            else:
+                tup = Tuple(values, source, joined[val - 1])
+            collector.input = tup
+            try:
+                execute(tup, collector)
+            except FailedException:
+                self.fail(tup)
+                failed += 1
+                continue
+            except Exception as exc:
+                self.report_error(exc, f"execute raised on {tup!r}")
+                self.fail(tup)
+                failed += 1
+                continue
+            # It returned: ack it. (Its tree is still ``root``, or ``joined[val - 1]``: a
+            # BasicBolt has no way to ack or fail it itself.)
+            if root:
+                if root == last_root:
+                    last_val ^= tup._val
+                else:
+                    if last_root:
+                        acks = mails[last_root % n_ackers].acks
+                        acks[last_root] = acks.get(last_root, 0) ^ last_val
+                    last_root = root
+                    last_val = tup._val
+                tup._tree = None
+            elif val:
+                self._ack_trees(tup)
+            else:
+                tup._tree = None
+        if last_root:
+            acks = mails[last_root % n_ackers].acks
+            acks[last_root] = acks.get(last_root, 0) ^ last_val
+        return failed
+
+    def _run_plain(
+        self,
+        column: list[list[Any]],
+        trees: Iterator[int],
+        source: TupleSource,
+        joined: list[Any],
+        timed: dict[Tuple, float] | None,
+        started: float,
+    ) -> int:
+        """Execute one stream segment on a plain ``Bolt`` (which acks or fails each input
+        itself, now or later); returns how many raised, which fails them. The first input is
+        entered in ``timed`` (when given) for its process latency."""
+        execute = self.bolt.execute
+        new_tuple = object.__new__
+        failed = 0
+        for values, root, val in zip(column, trees, trees, strict=False):
+            if root or not val:  # Tuple(values, source, root, val), as in ``_run_basic``
+                tup = new_tuple(Tuple)
+                tup.values = values
+                tup._source = source
+                tup._tree = root
+                tup._val = val
+            else:
+                tup = Tuple(values, source, joined[val - 1])
+            if timed is not None:  # its ack may come later
+                timed[tup] = started
+                timed = None
+            try:
+                execute(tup)
+            except Exception as exc:
+                if not isinstance(exc, FailedException):
+                    self.report_error(exc, f"execute raised on {tup!r}")
+                self.fail(tup)
+                failed += 1
+        return failed
+
+    def tick(self, freq_secs: float) -> None:
+        """Deliver a tick tuple (untracked; acking or failing it is harmless)."""
+        self.receive((_TICK_SOURCE, [freq_secs], array(ID_TYPECODE, [0, 0]), [TICK_STREAM], [1], []))
+
+    # -- output -------------------------------------------------------------------------------
+    def emit_input(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """``BasicOutputCollector.emit`` run by the executor itself: ``__init__`` installs it on
+        the collector of a ``BasicBolt``, so that the bolt's emits (one per output tuple) cost
+        one Python call instead of two. Anchored to the input being executed, as the
+        collector's own ``emit``; the common case -- a regular stream, the input in one tree --
+        is ``emit``'s fast path again, written inline; anything else goes through ``emit``."""
+        route = self.routes.get(stream)
+        if route is None or len(values) != route.emit_arity:
+            return self.emit(stream, values, self._input_collector.input, None)
+        if not route.subscribed:  # nobody reads the stream: nothing to send, no tree to join
+            self.metrics.emitted += 1
+            if self._watched:
+                self._emitted(stream, values, [])
+            return []
+        tup = self._input_collector.input
+        if tup is None:
+            return self.emit(stream, values, tup, None)
+        root = tup._tree
+        if root.__class__ is not int:  # in several trees (or acked already): the general path
+            return self.emit(stream, values, tup, None)
+        key = route.key  # as in ``emit``
+        if key < 0 or values[key].__class__ is not str:
+            targets = route.choose(self.task_id, values)
+        else:
+            targets = route.known.get(values[key]) or route.remember(values[key], route.choose(self.task_id, values))
+        self.metrics.emitted += 1
+        if self._watched:
+            self._emitted(stream, values, targets)
+        if not targets:
+            return []
+        stream = route.stream
+        item = values[0] if route.single else values
+        batches = self._batches
+        size = self.outbox.batch_size
+        for task in targets:  # as in ``emit``
+            batch = batches[task]
+            if batch.stream is not stream:
+                batch.switch(stream)
+            if root:
+                edge = getrandbits(64) or new_id()
+                tup._val ^= edge
+                batch.trees += (root, edge)
+            else:
+                batch.trees += (0, 0)
+            batch.values.append(item)
+            if len(batch.values) >= size:
+                self.outbox.send_batch(task)
+        return targets.copy()
+
+    def emit(
+        self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None
+    ) -> list[int]:
+        """Route, then send to every target anchored to ``anchors``. Flat on purpose: this runs
+        once per emitted tuple; the one-anchor, one-root case (every ``BasicBolt`` emit) takes
+        no helper call at all."""
+        route = self.routes.get(stream)
+        if route is None or direct_task is not None or len(values) != route.emit_arity:
+            route, targets = self._checked_targets(stream, values, direct_task)
+        elif route.subscribed:
+            key = route.key
+            if key < 0 or values[key].__class__ is not str:
+                targets = route.choose(self.task_id, values)
+            else:
+                targets = route.known.get(values[key]) or route.remember(
+                    values[key], route.choose(self.task_id, values)
+                )
+        else:
+            targets = []
+        self.metrics.emitted += 1
+        if self._watched:
+            self._emitted(stream, values, targets)
+        if not targets:
+            return []
+        stream = route.stream
+        item = values[0] if route.single else values
+        batches = self._batches
+        size = self.outbox.batch_size
+        if anchors.__class__ is Tuple and anchors._tree.__class__ is int:
+            tup: Tuple = anchors
+            root: int = tup._tree  # type: ignore[assignment]
+            for task in targets:
+                batch = batches[task]
+                if batch.stream is not stream:
+                    batch.switch(stream)
+                if root:
+                    edge = getrandbits(64) or new_id()
+                    tup._val ^= edge
+                    batch.trees += (root, edge)
+                else:
+                    batch.trees += (0, 0)
+                batch.values.append(item)
+                if len(batch.values) >= size:
+                    self.outbox.send_batch(task)
+            return targets.copy()
+        if anchors is None:
+            anchors = []
+        elif anchors.__class__ is Tuple:
+            anchors = [anchors]
+        for task in targets:
+            batch = batches[task]
+            if batch.stream is not stream:
+                batch.switch(stream)
+            batch.add_tree(*anchor(anchors))  # type: ignore[arg-type]
+            batch.values.append(item)
+            if len(batch.values) >= size:
+                self.outbox.send_batch(task)
+        return targets.copy()
+
+    def _ack_trees(self, tup: Tuple) -> None:
+        ack = self.outbox.ack
+        for root, val in tree_acks(tup):
+            ack(root, val)
+        tup._tree = None
+
+    def ack(self, tup: Tuple) -> None:
+        if tup._tree is None:  # acked or failed already
+            return
+        self._ack_trees(tup)
+        self.metrics.acked += 1
+        if self._timed:
+            self._timed_out(tup)
+
+    def fail(self, tup: Tuple) -> None:
+        if tup._tree is None:
+            return
+        self.outbox.fail_tree(tup._tree)
+        tup._tree = None
+        self.metrics.failed += 1
+        if self._timed:
+            self._timed_out(tup)
+
+    def _timed_out(self, tup: Tuple) -> None:
+        started = self._timed.pop(tup, None)
+        if started is not None:
+            self._process.add(time.perf_counter() - started)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        tree = tup._tree
+        if tree:
+            for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
+                self.outbox.acker(root).resets.append(root)

@@ -1,0 +1,295 @@
+"""Stream groupings: which task(s) of a subscribing bolt receive each tuple.
+
+A grouping object is declared once in the builder, then every source task gets its own copy
+(the topology is pickled per task) and calls ``prepare`` once, then ``choose_tasks`` per tuple.
+Hashing is stable across processes (CRC-32 of the values, never Python's salted ``hash``), so
+every task of a source agrees on where a key goes.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+from ._errors import EmitError
+
+if TYPE_CHECKING:
+    from ._context import TopologyContext
+
+__all__ = [
+    "AllGrouping",
+    "CustomGrouping",
+    "CustomStreamGrouping",
+    "DirectGrouping",
+    "FieldsGrouping",
+    "GlobalGrouping",
+    "Grouping",
+    "LocalOrShuffleGrouping",
+    "NoneGrouping",
+    "PartialKeyGrouping",
+    "ShuffleGrouping",
+    "StreamId",
+    "stable_hash",
+]
+
+
+LOAD_LEVELS = 8
+"""A load-aware shuffle gives the most backlogged target one turn for this many of an idle one."""
+
+
+class StreamId(NamedTuple):
+    """A stream named globally: the component that emits it and its id."""
+
+    component: str
+    stream: str
+
+
+@runtime_checkable
+class CustomStreamGrouping(Protocol):
+    """What ``custom_grouping`` accepts: any object with these two methods."""
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None: ...
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]: ...
+
+
+def _value_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()  # a numpy scalar: key on the Python number it equals
+    # 1, 1.0 and True are equal keys, so they must go to one task.
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        value = int(value)
+    # repr is stable across processes for numbers, strings and containers of them
+    # (sets and dicts of strings are not: key on something ordered instead).
+    return repr(value).encode("utf-8", "surrogatepass")
+
+
+def stable_hash(values: Sequence[Any]) -> int:
+    """A process-independent hash of ``values``."""
+    h = 0
+    for v in values:
+        h = zlib.crc32(_value_bytes(v), h)
+    return h
+
+
+class Grouping:
+    """Base of the built-in groupings. ``kind`` names it in configs and drawings."""
+
+    kind = ""
+    fields: tuple[str, ...] = ()
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        self.targets = sorted(target_tasks)
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        raise NotImplementedError
+
+    def keyed_by(self) -> int | None:
+        """The position of the one field whose value alone decides ``choose_tasks`` (always the
+        same answer for the same value), if there is one: routes then remember the answers."""
+        return None
+
+    def describe(self) -> str:
+        return f"{self.kind}({', '.join(self.fields)})" if self.fields else self.kind
+
+
+class ShuffleGrouping(Grouping):
+    """Spread tuples evenly: round-robin over the targets in a random order per source task.
+
+    Load-aware, as Storm 2's shuffle: given each target's backlog (``update_load``), a target
+    with a backlog gets fewer turns in the round -- down to one in ``LOAD_LEVELS`` of an idle
+    one's -- so that tuples go where they are worked off. With equal backlogs it is a plain
+    round-robin again.
+
+    In runs, when its emitter asks (``next_run``): every tuple goes to one target until the
+    next run passes the turn to the next in the round. A spout does that while it is
+    saturated (see ``SpoutExecutor.run_burst``): each fill of its pending budget then reaches
+    one task as one frame, instead of every task as a frame of a few tuples -- frames, not
+    tuples, are what parallelism multiplies."""
+
+    kind = "shuffle"
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        super().prepare(context, stream, target_tasks)
+        self._even = self._order(context)
+        self._choices = self._even
+        self._weights: list[int] = []
+        self._next = 0
+        self._run: list[int] | None = None
+        """The target of the current run (``None``: not in runs, one turn per tuple)."""
+
+    def _order(self, context: TopologyContext) -> list[list[int]]:
+        order = [[t] for t in self.targets]
+        random.shuffle(order)
+        return order
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        if self._run is not None:
+            return self._run
+        i = self._next
+        self._next = (i + 1) % len(self._choices)
+        return self._choices[i]
+
+    def next_run(self) -> None:
+        """The target whose turn it is takes every tuple from now on (until the next run, or
+        ``stop_runs``)."""
+        i = self._next
+        self._next = (i + 1) % len(self._choices)
+        self._run = self._choices[i]
+
+    def stop_runs(self) -> None:
+        """Back to one turn per tuple."""
+        self._run = None
+
+    def update_load(self, backlog: Callable[[int], int]) -> None:
+        """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed."""
+        order = self._even
+        loads = [backlog(choice[0]) for choice in order]
+        most = max(loads)
+        weights = [LOAD_LEVELS - (LOAD_LEVELS - 1) * load // most if most else 1 for load in loads]
+        if weights == self._weights:
+            return
+        self._weights = weights
+        if len(set(weights)) == 1:
+            self._choices = order
+        else:
+            # Interleaved, not bunched: round r takes every target with more than r turns.
+            self._choices = [
+                choice for r in range(max(weights)) for choice, w in zip(order, weights, strict=True) if w > r
+            ]
+        self._next = 0
+
+
+class NoneGrouping(ShuffleGrouping):
+    """ "Don't care": currently the same as shuffle, as in Storm."""
+
+    kind = "none"
+
+
+class LocalOrShuffleGrouping(ShuffleGrouping):
+    """Shuffle among the targets on this task's node; among all of them if none is local."""
+
+    kind = "local_or_shuffle"
+
+    def _order(self, context: TopologyContext) -> list[list[int]]:
+        here = context.get_task_node(context.this_task_id)
+        local = [t for t in self.targets if here is not None and context.get_task_node(t) == here]
+        order = [[t] for t in (local or self.targets)]
+        random.shuffle(order)
+        return order
+
+
+class FieldsGrouping(Grouping):
+    """Tuples with equal values in ``fields`` always go to the same task."""
+
+    kind = "fields"
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = tuple(fields)
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        super().prepare(context, stream, target_tasks)
+        declared = context.get_output_fields(stream.component, stream.stream)
+        self._positions = [declared.index(f) for f in self.fields]
+        self._singles = [[t] for t in self.targets]
+
+    def keyed_by(self) -> int | None:
+        return self._positions[0] if len(self._positions) == 1 else None
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        if len(self._positions) == 1:
+            v = values[self._positions[0]]
+            h = zlib.crc32(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) else stable_hash((v,))
+        else:
+            h = stable_hash([values[p] for p in self._positions])
+        return self._singles[h % len(self._singles)]
+
+
+class PartialKeyGrouping(FieldsGrouping):
+    """Key grouping with two candidate tasks per key: the less loaded one (as seen by this
+    source task) takes the tuple. Balances skewed keys; a bolt must merge partial results."""
+
+    kind = "partial_key"
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        super().prepare(context, stream, target_tasks)
+        self._load = [0] * len(self.targets)
+
+    def keyed_by(self) -> int | None:
+        return None  # the choice depends on the load too
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        h = stable_hash([values[p] for p in self._positions])
+        n = len(self._singles)
+        # The second candidate is another task, picked by the hash's high part. (Two CRCs of
+        # the key with different seeds would not do: CRC is affine, so their difference hardly
+        # depends on the key and most keys would get the same task twice.)
+        first = h % n
+        second = (first + 1 + (h // n) % (n - 1)) % n if n > 1 else first
+        pick = first if self._load[first] <= self._load[second] else second
+        self._load[pick] += 1
+        return self._singles[pick]
+
+
+class AllGrouping(Grouping):
+    """Every task of the bolt gets a copy."""
+
+    kind = "all"
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return self.targets
+
+
+class GlobalGrouping(Grouping):
+    """The whole stream goes to the bolt's lowest task id."""
+
+    kind = "global"
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        super().prepare(context, stream, target_tasks)
+        self._lowest = self.targets[:1]
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return self._lowest
+
+
+class DirectGrouping(Grouping):
+    """The emitter picks the task with ``emit_direct``; regular emits never reach it."""
+
+    kind = "direct"
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return []
+
+
+class CustomGrouping(Grouping):
+    """Adapter for a user object implementing ``prepare`` and ``choose_tasks``."""
+
+    kind = "custom"
+
+    def __init__(self, grouping: CustomStreamGrouping) -> None:
+        self.grouping = grouping
+
+    def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+        super().prepare(context, stream, target_tasks)
+        self._allowed = frozenset(self.targets)
+        self.grouping.prepare(context, stream, list(self.targets))
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        chosen = list(self.grouping.choose_tasks(task_id, values))
+        stray = [t for t in chosen if t not in self._allowed]
+        if stray:
+            raise EmitError(
+                f"custom grouping {type(self.grouping).__name__} chose task(s) {stray}, "
+                f"which are not among its targets {self.targets}"
+            )
+        return chosen
+
+    def describe(self) -> str:
+        return f"custom({type(self.grouping).__name__})"

@@ -1,0 +1,279 @@
+"""``Outbox``: everything a task sends, batched per destination task.
+
+Data tuples and acker traffic are kept apart. Data goes out in batches of ``batch_size``
+(sent as soon as one fills, otherwise on ``flush``). Acker traffic -- inits and acks to the
+ackers, results to the spouts -- is sent on the control channel, which receivers serve ahead of
+data and never hold back, so a full data path cannot starve the acker. Acks for one root from
+one sender are XORed together while they wait, which is exact (XOR is associative) and means a
+bolt sends the acker one number per tree per batch instead of one per tuple.
+
+The wire format (see ``DataBatch.payload``) is columnar: a data payload holds the values of its
+tuples in one list and their trees in another, so that pickling it and reading it back cost a
+few list operations per tuple and no per-tuple container. The outbox only builds payloads;
+the link puts them on the wire (a frame on a stream in the runtime, a queue in tests) and pickles them.
+A payload that will not pickle because of one tuple's values costs only that tuple: it is
+dropped, its trees fail, the error is reported, and the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import pickle
+from array import array
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+from ._anchoring import ID_TYPECODE
+
+__all__ = ["AckerMail", "AckerPayload", "DataBatch", "DataPayload", "Outbox", "SpoutMail", "SpoutPayload"]
+
+DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
+"""``(source task, values, trees, streams, ends, joined)``, one entry per tuple in ``values``
+(``len(payload[1])`` is the number of tuples):
+
+- the tuples before ``ends[0]`` are on ``streams[0]``, those from there to ``ends[1]`` on
+  ``streams[1]``, and so on;
+- ``values[i]`` is tuple ``i``'s values, or its only value when its stream has one field
+  (most streams: it saves a list per tuple on both sides of the wire);
+- ``trees[2i], trees[2i+1]``, 64-bit unsigned, are its root and its ``Tuple._val``; root 0
+  with value 0 is a tuple in no tree, root 0 with value ``k`` one in several trees, whose
+  ``{root: edge}`` is ``joined[k - 1]``. (An array -- typecode ``anchoring.ID_TYPECODE`` --
+  pickles at the cost of a copy; the same numbers in a list cost ten times more.)"""
+
+
+AckerPayload = tuple[int, "array[int]", "array[int]", list[int], list[int]]
+"""Acker traffic to an acker task: ``(sender task, inits, acks, fails, resets)``. ``inits``
+(the sender's new trees: root, checksum, root, checksum, ...) and ``acks`` (root, value, ...,
+one pair per root: a sender's acks of one root are XORed into one) are flat arrays of 64-bit
+ids, typecode ``anchoring.ID_TYPECODE``, for the reason the data payload's trees are one: a
+list or dict of 64-bit ints costs several times more to pickle and unpickle. ``fails`` and
+``resets`` (rare) are lists of roots."""
+
+SpoutPayload = tuple["array[int]", list[int], list[int]]
+"""An acker's results to a spout task: ``(acked, failed, resets)``, roots; ``acked`` (one per
+spout tuple) an array as above, the rare others lists."""
+
+
+class DataBatch:
+    """The tuples waiting for one destination task, in the order they were emitted."""
+
+    __slots__ = ("values", "trees", "streams", "ends", "joined", "stream")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.values: list[Any] = []
+        self.trees: list[int] = []
+        self.streams: list[str] = []
+        self.ends: list[int] = []
+        self.joined: list[dict[int, int]] = []
+        self.stream: str | None = None
+        """The stream of the last tuple added; the emit paths compare it by identity with the
+        route's own stream name, and call ``switch`` when it differs."""
+
+    def switch(self, stream: str) -> None:
+        """The tuples added from now on are on ``stream``."""
+        if self.values:
+            self.ends.append(len(self.values))
+        self.streams.append(stream)
+        self.stream = stream
+
+    def add_tree(self, tree: int | dict[int, int], val: int) -> None:
+        """Add the tree of the tuple being added (the emit paths inline the one-root case)."""
+        if tree.__class__ is int:
+            self.trees += (tree, val)
+        else:
+            self.joined.append(tree)  # type: ignore[arg-type]
+            self.trees += (0, len(self.joined))
+
+    def take(self, task_id: int) -> DataPayload:
+        """The payload of everything added so far, leaving the batch empty."""
+        self.ends.append(len(self.values))
+        payload = (task_id, self.values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
+        self._reset()
+        return payload
+
+
+class AckerMail:
+    """Pending messages for one acker task: ``inits`` is flat (root, checksum, root, ...);
+    ``acks`` maps root -> value, XORed as acks come, until ``take`` flattens it."""
+
+    __slots__ = ("inits", "acks", "fails", "resets")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.inits: list[int] = []
+        self.acks: dict[int, int] = {}
+        self.fails: list[int] = []
+        self.resets: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.inits) // 2 + len(self.acks) + len(self.fails) + len(self.resets)
+
+    def take(self, task_id: int) -> AckerPayload:
+        """The payload (``AckerPayload``) of everything pending, leaving the mail empty; the
+        sender of inits owns their trees."""
+        payload = (
+            task_id,
+            array(ID_TYPECODE, self.inits),
+            array(ID_TYPECODE, chain.from_iterable(self.acks.items())),
+            self.fails,
+            self.resets,
+        )
+        self._reset()
+        return payload
+
+
+class SpoutMail:
+    """Pending results for one spout task: trees acked, failed, or whose timeout was reset."""
+
+    __slots__ = ("acked", "failed", "resets")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+        self.resets: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.acked) + len(self.failed) + len(self.resets)
+
+    def take(self, task_id: int) -> SpoutPayload:
+        payload = (array(ID_TYPECODE, self.acked), self.failed, self.resets)
+        self._reset()
+        return payload
+
+
+Unsendable = Callable[[BaseException, list[Any]], None]
+"""Told about each tuple dropped because its values would not pickle: the error, the values."""
+
+
+class Outbox:
+    """``batches``, ``ackers`` and ``spouts`` hand out one long-lived mail object per
+    destination, so that the emit and ack paths can hold on to them: sending empties a mail
+    object, it never replaces it."""
+
+    def __init__(
+        self,
+        task_id: int,
+        batch_size: int,
+        send_data: Callable[[int, Any], None],
+        send_control: Callable[[int, Any], None],
+        acker_tasks: list[int],
+        unsendable: Unsendable | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.batch_size = batch_size
+        self._send_data = send_data
+        self._send_control = send_control
+        self._unsendable = unsendable
+        self._batches: dict[int, DataBatch] = {}
+        self._ackers = {task: AckerMail() for task in acker_tasks}
+        self.acker_mails = [self._ackers[task] for task in acker_tasks]
+        """Mail per acker, indexed like ``acker_tasks``: a tree's acker is ``root % len``."""
+        self._spouts: dict[int, SpoutMail] = {}
+        self.transferred = 0
+        """Tuples sent (a tuple sent to two tasks counts twice)."""
+
+    # -- data ---------------------------------------------------------------------------------
+    def batch(self, dest: int) -> DataBatch:
+        batch = self._batches.get(dest)
+        if batch is None:
+            batch = self._batches[dest] = DataBatch()
+        return batch
+
+    def send_batch(self, dest: int) -> None:
+        """Send what waits for ``dest`` (the emit paths call this when a batch is full)."""
+        payload = self._batches[dest].take(self.task_id)
+        count = len(payload[1])
+        try:
+            self._send_data(dest, payload)
+        except Exception as exc:
+            payload = self._without_unpicklable(payload, exc)
+            count = len(payload[1])
+            if not count:
+                return
+            self._send_data(dest, payload)
+        self.transferred += count
+
+    def _without_unpicklable(self, payload: DataPayload, exc: Exception) -> DataPayload:
+        """``payload`` less the tuples whose values do not pickle, whose trees fail; re-raises
+        ``exc`` if every tuple pickles alone (the failure was not the values')."""
+        task_id, values, trees, streams, ends, joined = payload
+        keep = DataBatch()
+        segment = 0
+        for i, vals in enumerate(values):
+            while i >= ends[segment]:
+                segment += 1
+            root, val = trees[2 * i], trees[2 * i + 1]
+            tree, tree_val = (root, val) if root or not val else (joined[val - 1], 0)
+            try:
+                pickle.dumps(vals, protocol=5)
+            except Exception as error:
+                self.fail_tree(tree)
+                if self._unsendable is not None:
+                    self._unsendable(error, vals)
+                continue
+            if keep.stream != streams[segment]:
+                keep.switch(streams[segment])
+            keep.values.append(vals)
+            keep.add_tree(tree, tree_val)
+        if len(keep.values) == len(values):
+            raise exc
+        return keep.take(task_id)
+
+    # -- acker traffic ------------------------------------------------------------------------
+    def acker(self, root: int) -> AckerMail:
+        """The mail of the acker that tracks ``root``'s tree."""
+        mails = self.acker_mails
+        return mails[root % len(mails)]
+
+    def ack(self, root: int, val: int) -> None:
+        acks = self.acker(root).acks
+        acks[root] = acks.get(root, 0) ^ val
+
+    def fail_tree(self, tree: int | dict[int, int] | None) -> None:
+        """Fail every tree of a tuple (given its ``Tuple._tree``)."""
+        if tree:
+            for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
+                self.acker(root).fails.append(root)
+
+    def spout(self, spout_task: int) -> SpoutMail:
+        mail = self._spouts.get(spout_task)
+        if mail is None:
+            mail = self._spouts[spout_task] = SpoutMail()
+        return mail
+
+    # -- sending ------------------------------------------------------------------------------
+    def flush_control(self) -> None:
+        for boxes in (self._ackers, self._spouts):
+            for dest, mail in boxes.items():
+                if len(mail):
+                    self._send_control(dest, mail.take(self.task_id))
+
+    def flush_data(self) -> None:
+        """Send every partial data batch."""
+        for dest, batch in self._batches.items():
+            if batch.values:
+                self.send_batch(dest)
+
+    def control_size(self) -> int:
+        """How many acker messages wait to be sent."""
+        return sum(map(len, self._ackers.values())) + sum(map(len, self._spouts.values()))
+
+    def flush(self) -> None:
+        """Send everything that waits. (Order is free: any subset of a tree's messages short of
+        all of them XORs to non-zero, so no arrival order can complete a tree early.)"""
+        self.flush_control()
+        self.flush_data()
+
+    def data_empty(self) -> bool:
+        return not any(b.values for b in self._batches.values())
+
+    def is_empty(self) -> bool:
+        return not any(b.values for b in self._batches.values()) and not self.control_size()

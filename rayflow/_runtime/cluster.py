@@ -1,0 +1,199 @@
+"""Placing a topology on Ray: ``submit_topology`` and ``LocalCluster``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import secrets
+import sys
+import sysconfig
+from typing import Any
+
+import ray
+from ray import cloudpickle
+
+from .._config import Config
+from .._errors import RayflowError, TopologyError
+from .._groupings import CustomGrouping
+from .._topology import Topology
+from .handle import TopologyHandle
+from .supervisor import Supervisor
+from .task_actor import TaskActor
+
+__all__ = ["LocalCluster", "local_ray_options", "submit_topology"]
+
+logger = logging.getLogger("rayflow")
+
+_RemoteTaskActor = ray.remote(TaskActor)
+
+DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
+
+
+_INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], sys.prefix + os.sep + "lib"})
+
+
+def _ship_user_code_by_value(topology: Topology) -> None:
+    """Make the workers receive the code of components defined outside installed packages.
+
+    A class from a test module or a script next to the driver is pickled by reference, and a
+    worker cannot import ``test_something``; registering its module by value ships the code.
+    """
+    objects: list[object] = []
+    for spec in topology.components.values():
+        objects.append(spec.component)
+        objects += [sub.grouping.grouping for sub in spec.inputs if isinstance(sub.grouping, CustomGrouping)]
+    for obj in objects:
+        module = sys.modules.get(type(obj).__module__)
+        path = getattr(module, "__file__", None)
+        if module is None or path is None or module.__name__ == "__main__":
+            continue
+        if module.__name__.split(".")[0] == "rayflow" or os.path.abspath(path).startswith(_INSTALLED):
+            continue
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+
+
+def _check_picklable(topology: Topology) -> None:
+    problems = []
+    for cid, spec in topology.components.items():
+        try:
+            cloudpickle.dumps(spec.component)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            problems.append(f"component {cid!r}: cannot be copied to its tasks (pickling failed: {exc})")
+    if problems:
+        raise TopologyError(problems)
+
+
+def _rebuild_problems(topology: Topology) -> list[str]:
+    """Which components cannot be re-built from their pickles in a Ray worker, and why."""
+
+    @ray.remote(num_cpus=0)
+    def rebuild(blobs: dict[str, bytes]) -> dict[str, str]:
+        problems = {}
+        for cid, blob in blobs.items():
+            try:
+                pickle.loads(blob)
+            except Exception as exc:
+                problems[cid] = f"{type(exc).__name__}: {exc}"
+        return problems
+
+    dumps: Any = cloudpickle.dumps  # untyped in Ray
+    blobs = {cid: dumps(spec.component) for cid, spec in topology.components.items()}
+    found = ray.get(rebuild.remote(blobs))
+    return [f"component {cid!r}: cannot be re-built in its task ({why})" for cid, why in sorted(found.items())]
+
+
+def submit_topology(
+    name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
+) -> TopologyHandle:
+    """Start ``topology`` on the Ray cluster this process is connected to.
+
+    Every task becomes an actor holding its own copy of its component, spread over the
+    cluster's nodes; a task whose actor dies is started again (see ``Supervisor``). With
+    ``active=False`` the spouts are not opened until ``handle.activate()``.
+    """
+    if not ray.is_initialized():
+        raise RayflowError("not connected to Ray: call ray.init() first, or use rayflow.LocalCluster()")
+    if not isinstance(topology, Topology):
+        raise TopologyError(
+            [f"expected a Topology from TopologyBuilder.create_topology(), got {type(topology).__name__}"]
+        )
+    # As in Storm, components find the name the topology was submitted under in their config.
+    config = Config.of(conf).merged({"topology.name": name})
+    for advice in config.storm_settings_without_effect():
+        logger.warning("topology %r: %s", name, advice)
+    _ship_user_code_by_value(topology)
+    _check_picklable(topology)
+    layout = topology.task_layout(config.ackers)
+    shared = ray.put(topology)
+    options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000, "scheduling_strategy": "SPREAD"}
+    secret = secrets.token_bytes(32)  # authenticates the streams between this topology's tasks
+
+    def make_actor(task: int) -> Any:
+        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, secret)
+
+    actors = {task: make_actor(task) for task in layout}
+    try:
+        placed = dict(zip(actors, ray.get([a.listen.remote() for a in actors.values()]), strict=True))
+    except ray.exceptions.RayActorError as exc:
+        for actor in actors.values():
+            ray.kill(actor)
+        raise TopologyError(_rebuild_problems(topology) or [f"a task could not start: {exc}"]) from None
+    nodes = {task: node for task, (node, _) in placed.items()}
+    addresses = {task: address for task, (_, address) in placed.items()}
+    ray.get([a.connect.remote(addresses, nodes) for a in actors.values()])
+    spouts = {s.id for s in topology.spouts}
+    supervisor = Supervisor(
+        name,
+        layout,
+        actors,
+        nodes,
+        addresses,
+        make_actor,
+        lambda task: layout[task] in spouts,
+        config.max_task_restarts,
+    )
+    supervisor.start()
+    handle = TopologyHandle(name, supervisor, layout, spouts)
+    if active:
+        handle.activate()
+    return handle
+
+
+def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
+    """``ray.init`` settings that start a new local Ray sized for a small machine.
+
+    ``address="local"`` makes ``ray.init`` start its own instance even when ``RAY_ADDRESS`` is
+    set or a ``ray start`` cluster runs on the machine (joining one of those with ``num_cpus``
+    given fails).
+
+    Quiet: Ray's own INFO and WARNING lines ("Started a local Ray instance", the token
+    authentication notice) are not printed (``logging_level``), nor are the workers' logs
+    (``log_to_driver``); errors still are."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return {
+        "address": "local",
+        "num_cpus": num_cpus or os.cpu_count() or 2,
+        "include_dashboard": False,
+        "object_store_memory": DEFAULT_OBJECT_STORE_BYTES,
+        "log_to_driver": False,
+        "logging_level": logging.ERROR,
+    }
+
+
+class LocalCluster:
+    """Run topologies on a local Ray instance.
+
+    Starts Ray (sized for a small machine) unless this process is already connected, and on
+    ``shutdown`` kills the topologies it submitted and stops Ray if it started it.
+    """
+
+    def __init__(self, num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
+        self._handles: list[TopologyHandle] = []
+        self._started_ray = False
+        if not ray.is_initialized():
+            kwargs = local_ray_options(num_cpus)
+            kwargs.update(ray_init_kwargs)
+            ray.init(**kwargs)
+            self._started_ray = True
+
+    def submit_topology(
+        self, name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
+    ) -> TopologyHandle:
+        handle = submit_topology(name, conf, topology, active=active)
+        self._handles.append(handle)
+        return handle
+
+    def shutdown(self) -> None:
+        for handle in self._handles:
+            handle.kill()
+        self._handles.clear()
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()

@@ -1,0 +1,130 @@
+"""``TopologyHandle``: the driver's grip on a running topology.
+
+It keeps answering while tasks die and come back: a task that does not answer in time is
+reported with its last known counters and ``alive: False``, and ``wait`` keeps waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import ray
+
+from .._metrics import TaskMetrics, merge_by_component
+from .._topology import ACKER_COMPONENT
+from .supervisor import Supervisor
+
+__all__ = ["TopologyHandle"]
+
+logger = logging.getLogger("rayflow")
+
+SHUTDOWN_TIMEOUT_SECS = 10.0
+ANSWER_TIMEOUT_SECS = 2.0
+"""How long ``metrics``/``wait`` wait for a task before taking it as dead for this call."""
+
+
+class TopologyHandle:
+    def __init__(self, name: str, supervisor: Supervisor, layout: dict[int, str], spout_ids: set[str]) -> None:
+        self.name = name
+        self._supervisor = supervisor
+        self._layout = layout
+        self._spout_tasks = [t for t, c in layout.items() if c in spout_ids]
+        self._last: dict[int, dict[str, Any]] = {}
+        self.killed = False
+
+    def __repr__(self) -> str:
+        return f"TopologyHandle({self.name!r}, tasks={len(self._layout)}, killed={self.killed})"
+
+    def _ask(self, tasks: list[int], method: str) -> dict[int, Any]:
+        """Call ``method`` on each task's actor; the answers of those that answered in time."""
+        actors = self._supervisor.actors
+        refs = {getattr(actors[t], method).remote(): t for t in tasks}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_TIMEOUT_SECS)
+        answers: dict[int, Any] = {}
+        for ref in ready:
+            try:
+                answers[refs[ref]] = ray.get(ref)
+            except Exception as exc:  # died meanwhile: the supervisor restarts it
+                logger.debug("task %d did not answer %s: %s", refs[ref], method, exc)
+        return answers
+
+    def activate(self) -> None:
+        """Open the spouts (the first time) and let them emit."""
+        self._supervisor.active = True
+        self._ask(self._spout_tasks, "activate")
+
+    def deactivate(self) -> None:
+        """Stop calling ``next_tuple``; acks and fails of pending trees still arrive."""
+        self._supervisor.active = False
+        self._ask(self._spout_tasks, "deactivate")
+
+    def kill(self) -> None:
+        """Deactivate and close the spouts, clean up the bolts, then stop every actor."""
+        if self.killed:
+            return
+        self.killed = True
+        self._supervisor.stop()
+        actors = list(self._supervisor.actors.values())
+        try:
+            ray.wait([a.shutdown.remote() for a in actors], num_returns=len(actors), timeout=SHUTDOWN_TIMEOUT_SECS)
+        except Exception as exc:  # a stuck or dead task must not keep the others alive
+            logger.warning("topology %r: not every task shut down cleanly: %s", self.name, exc)
+        for actor in actors:
+            ray.kill(actor)
+
+    def task_metrics(self) -> dict[int, dict[str, Any]]:
+        """Each task's counters, keyed by task id, with ``component``, ``kind``, ``pid`` and
+        ``node_id`` of the process it runs in now, ``restarts``, and ``alive`` (``False``: it
+        did not answer, and its last known counters are shown)."""
+        answers = self._ask(list(self._layout), "metrics")
+        supervisor = self._supervisor
+        out: dict[int, dict[str, Any]] = {}
+        for task, component in self._layout.items():
+            snap = answers.get(task)
+            alive = snap is not None and task not in supervisor.dead
+            if snap is not None:
+                self._last[task] = snap
+            else:
+                snap = self._last.get(task) or self._never_heard_from(task)
+            out[task] = {
+                **snap,
+                "component": component,
+                "alive": alive,
+                "restarts": supervisor.restarts[task],
+                "node_id": supervisor.nodes.get(task, snap.get("node_id")),
+            }
+        return out
+
+    def _never_heard_from(self, task: int) -> dict[str, Any]:
+        component = self._layout[task]
+        kind = "acker" if component == ACKER_COMPONENT else ("spout" if task in self._spout_tasks else "bolt")
+        extra: dict[str, Any] = {"pending": 0}
+        if kind == "spout":
+            extra.update(exhausted=False, finished=False)
+        return TaskMetrics(component, kind).snapshot(pid=None, node_id=None, **extra)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Counters and latencies per component (``"__acker"`` included), summed over its
+        tasks, with ``restarts`` (summed) and ``alive`` (every task answered)."""
+        tasks = self.task_metrics()
+        merged = merge_by_component(self._layout, tasks)
+        for component, summary in merged.items():
+            mine = [t for t in tasks.values() if t["component"] == component]
+            summary["restarts"] = sum(t["restarts"] for t in mine)
+            summary["alive"] = all(t["alive"] for t in mine)
+        return merged
+
+    def wait(self, timeout: float | None = None, poll_secs: float = 0.05) -> bool:
+        """Block until every spout task is exhausted with no tree pending (``True``), or until
+        ``timeout`` seconds pass (``False``). A dead or restarting spout task is not finished:
+        the wait goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            answers = self._ask(self._spout_tasks, "finished")
+            if len(answers) == len(self._spout_tasks) and all(answers.values()):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_secs)

@@ -1,0 +1,271 @@
+"""``TaskActor``: the Ray actor that runs one task -- a thin shell around its executor.
+
+It is an asyncio actor, so everything it does runs on one event loop thread and the executor
+needs no locks. The executor's lifecycle (``rayflow/_executors/base.py``) is the same for every
+kind of task, so the actor never asks what kind it runs.
+
+Ray places the actor, starts it and tells it where its peers are; tuples travel on direct
+streams between the actors (``streams.py``), not as Ray calls. What runs here:
+
+- data frames, executed one at a time in arrival order under ``_data_lock``; a frame is
+  finished (its sender credited) only once it is executed and its output is within the
+  transport's bounds, which is what makes backpressure travel upstream;
+- acker traffic, handled as it arrives, never behind the data lock;
+- background loops: the source loop of a spout (``next_tuple``), and the executor's timers
+  (message-timeout rotation, tick tuples), each run under the data lock;
+- ``lifeline``, a call that never returns: the supervisor holds it to learn at once that the
+  actor died, and ``replace``, which points this task at a peer's restarted actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from .._config import Config
+from .._context import TopologyContext
+from .._executors import Executor, make_executor
+from .._topology import Topology
+from .streams import CONTROL, Address, Listener, data_credit_group
+from .transport import StreamTransport
+
+__all__ = ["TaskActor"]
+
+logger = logging.getLogger("rayflow")
+
+SPOUT_BURST = 256
+"""``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
+SPOUT_IDLE_SECS = (0.001, 0.01)
+"""The spout loop sleeps this long (first, at most: doubling) while ``next_tuple`` emits nothing.
+Waking costs ~50 us on a Ray actor, so an idle spout must not spin at the shortest sleep."""
+SPOUT_BLOCKED_SECS = 0.05
+"""With no pending budget left the loop waits for acker results (or this long, at most)."""
+GC_THRESHOLD = (50_000, 20, 100)
+"""A task allocates a few objects per tuple and almost never makes cycles: with Python's
+default threshold (700) the cycle collector ran thousands of times a second for nothing."""
+
+
+class TaskActor:
+    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str], secret: bytes) -> None:
+        self._topology = topology
+        self._conf = conf
+        self._task_id = task_id
+        self._layout = layout
+        self._secret = secret
+        self._loops: list[asyncio.Task[None]] = []
+        self._running = False
+        self._calls_in = 0
+        self._inbox: deque[tuple[bytes, Callable[[], None]]] = deque()
+        """Data frames received, not yet executed, with what finishes each."""
+        self._flush_due = False
+        self._flushed = 0.0
+        self._control_linger = 0.0
+        self._node_id = ray.get_runtime_context().get_node_id()
+
+    async def listen(self) -> tuple[str, Address]:
+        """Start listening for peers' streams; returns this actor's node id and address (the
+        node's IP as Ray knows it, where peers on other nodes can reach it)."""
+        conf = self._conf
+        group = data_credit_group(conf.max_inflight_tuples, conf.max_inflight_batches, conf.batch_size)
+        self._listener = Listener(self._secret, self._deliver, group)
+        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        try:
+            address = await self._listener.start(host)
+        except OSError:  # an address this host cannot bind (behind NAT): listen on every interface
+            address = (host, (await self._listener.start("0.0.0.0"))[1])
+        return self._node_id, address
+
+    async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str]) -> None:
+        """Build the executor once every task listens, start it and its loops."""
+        self._data_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._has_data = asyncio.Event()
+        context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
+        conf = self._conf
+        self._transport = StreamTransport(
+            addresses, self._task_id, self._secret, conf.max_inflight_tuples, conf.max_inflight_batches
+        )
+        executor = make_executor(self._topology, conf, context, self._transport)
+        executor.flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
+        self._executor: Executor = executor
+        self._running = True
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLD)
+        self._control_linger = executor.conf.control_linger_ms / 1000.0
+        executor.start()
+        for period, action in executor.timers():
+            self._start(self._every(period, action))
+        if executor.is_source:
+            self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
+        self._start(self._execute_inbox())
+
+    def _start(self, coro: Any) -> None:
+        self._loops.append(asyncio.get_running_loop().create_task(coro))
+
+    def replace(self, task: int, address: Address) -> None:
+        """Task ``task`` was restarted and listens at ``address``: send to it from now on."""
+        self._transport.replace(task, address)
+
+    async def lifeline(self) -> None:
+        """Never returns: the call fails when this actor dies, which is how death is noticed."""
+        await asyncio.Event().wait()
+
+    # -- incoming frames ------------------------------------------------------------------------
+    def _deliver(self, channel: int, sender: int, frame: bytes, finished: Callable[[], None]) -> None:
+        self._calls_in += 1
+        if channel != CONTROL:
+            self._inbox.append((frame, finished))
+            self._has_data.set()
+            return
+        try:
+            self._executor.receive_control(pickle.loads(frame))
+        except Exception:
+            logger.exception("task %d: acker traffic from task %d could not be handled", self._task_id, sender)
+        finished()
+        if self._executor.is_source:
+            self._wake.set()  # the source loop sends what waits, on its own lingers
+        else:
+            self._flush_later()
+
+    async def _execute_inbox(self) -> None:
+        """Execute data frames in arrival order. While more frames wait, what one produced
+        joins theirs and the last of them sends it (fan-out would otherwise multiply small
+        frames)."""
+        inbox, executor, has_data = self._inbox, self._executor, self._has_data
+        while self._running:
+            if not inbox:
+                has_data.clear()
+                await has_data.wait()
+                continue
+            frame, finished = inbox.popleft()
+            async with self._data_lock:
+                try:
+                    executor.receive(pickle.loads(frame))
+                except Exception:
+                    logger.exception("task %d: a data frame could not be executed", self._task_id)
+                if not inbox:
+                    executor.outbox.flush_data()
+                self._flush_later()
+                await self._transport.relieve()
+            finished()
+
+    def _flush_later(self) -> None:
+        """Send what waits in the outbox: at once if nothing went out for the control linger (or
+        a batch' worth waits), else when the control linger has passed since the last send.
+
+        So a quiet topology sends every message straight away, and a busy one sends at most
+        one control frame per ``control_linger``: one frame carries the acks of many batches."""
+        outbox = self._executor.outbox
+        if self._flush_due or outbox.is_empty():
+            return
+        wait = self._control_linger - (time.monotonic() - self._flushed)
+        if wait <= 0 or outbox.control_size() >= outbox.batch_size:
+            self._flush_now()
+        else:
+            self._flush_due = True
+            asyncio.get_running_loop().call_later(wait, self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
+        self._flushed = time.monotonic()
+        self._executor.outbox.flush()
+
+    async def activate(self) -> None:
+        self._executor.activate()
+        self._wake.set()
+
+    async def deactivate(self) -> None:
+        self._executor.deactivate()
+        self._executor.outbox.flush()
+
+    async def metrics(self) -> dict[str, Any]:
+        snap = self._executor.snapshot()
+        snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid(), node_id=self._node_id)
+        return snap
+
+    async def finished(self) -> bool:
+        """For ``TopologyHandle.wait``: is this task done (a spout: exhausted, nothing pending)?"""
+        return self._executor.finished
+
+    async def shutdown(self) -> None:
+        """Stop the loops, then close the executor (spouts close, bolts clean up)."""
+        self._running = False
+        for task in self._loops:
+            task.cancel()
+        if hasattr(self, "_listener"):
+            self._listener.close()
+        if not hasattr(self, "_executor"):
+            return
+        async with self._data_lock:
+            self._executor.close()
+        self._transport.close()
+
+    # -- background loops ---------------------------------------------------------------------
+    async def _source_loop(self, linger: float) -> None:
+        """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
+        when a batch fills or ``linger`` passes, inits every control linger. When it emits
+        nothing the loop backs off, still sending on the same lingers (a rate-limited spout would
+        otherwise make one small call per turn); when it may not emit (inactive, exhausted, or
+        the pending budget spent), everything waiting goes out at once."""
+        executor = self._executor
+        outbox = executor.outbox
+        clock = time.monotonic
+        data_sent = control_sent = clock()
+        idle = SPOUT_IDLE_SECS[0]
+        while self._running:
+            if not executor.wants_next_tuple():
+                outbox.flush()
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), SPOUT_BLOCKED_SECS)
+                continue
+            if executor.run_burst(SPOUT_BURST):
+                idle = SPOUT_IDLE_SECS[0]
+                now = clock()
+                if now - data_sent >= linger:
+                    outbox.flush_data()
+                    data_sent = now
+                if now - control_sent >= self._control_linger:
+                    outbox.flush_control()
+                    control_sent = now
+                await self._transport.relieve()
+                await asyncio.sleep(0)
+            else:
+                # Nothing emitted (a rate-limited or quiet spout): what waits still goes out on
+                # the lingers, not at once, so a trickle does not become one call per turn.
+                now = clock()
+                wait = idle
+                if now - data_sent >= linger:
+                    outbox.flush_data()
+                    data_sent = now
+                elif not outbox.data_empty():
+                    wait = min(wait, linger - (now - data_sent))
+                if now - control_sent >= self._control_linger:
+                    outbox.flush_control()
+                    control_sent = now
+                elif outbox.control_size():
+                    wait = min(wait, self._control_linger - (now - control_sent))
+                await asyncio.sleep(wait)
+                idle = min(idle * 2, SPOUT_IDLE_SECS[1])
+
+    async def _every(self, secs: float, action: Callable[[], None]) -> None:
+        """Run a timer of the executor every ``secs``, like a batch: under the data lock, its
+        output sent on (acker traffic after the linger)."""
+        while self._running:
+            await asyncio.sleep(secs)
+            async with self._data_lock:
+                action()
+                if not self._inbox:
+                    self._executor.outbox.flush_data()
+                self._flush_later()
+                await self._transport.relieve()

@@ -1,0 +1,273 @@
+"""Building a topology: ``TopologyBuilder`` records components and their subscriptions,
+``create_topology`` checks the whole graph and returns an immutable ``Topology``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
+from ._config import Config
+from ._errors import ConfigError, TopologyError
+from ._groupings import (
+    AllGrouping,
+    CustomGrouping,
+    CustomStreamGrouping,
+    DirectGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    Grouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    PartialKeyGrouping,
+    ShuffleGrouping,
+)
+from ._tuple import DEFAULT_STREAM
+
+__all__ = ["ACKER_COMPONENT", "BoltDeclarer", "ComponentSpec", "Subscription", "Topology", "TopologyBuilder"]
+
+ACKER_COMPONENT = "__acker"
+
+
+@dataclass
+class Subscription:
+    """A bolt's input: a stream of a component, and how its tuples are spread over the bolt."""
+
+    component: str
+    stream: str
+    grouping: Grouping
+
+
+@dataclass
+class ComponentSpec:
+    id: str
+    component: Spout | Bolt | BasicBolt
+    parallelism: int
+    config: dict[str, Any]
+    inputs: list[Subscription] = field(default_factory=list)
+    streams: dict[str, StreamDeclaration] = field(default_factory=dict)
+
+    @property
+    def is_spout(self) -> bool:
+        return isinstance(self.component, Spout)
+
+
+@dataclass
+class Topology:
+    """A validated graph of components. Built by ``TopologyBuilder.create_topology``."""
+
+    components: dict[str, ComponentSpec]
+
+    @property
+    def spouts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if c.is_spout]
+
+    @property
+    def bolts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if not c.is_spout]
+
+    def task_layout(self, ackers: int) -> dict[int, str]:
+        """Task id -> component id: components sorted by id get consecutive ids from 1, as in
+        Storm; the acker tasks come last."""
+        layout: dict[int, str] = {}
+        for cid in sorted(self.components):
+            for _ in range(self.components[cid].parallelism):
+                layout[len(layout) + 1] = cid
+        for _ in range(ackers):
+            layout[len(layout) + 1] = ACKER_COMPONENT
+        return layout
+
+    def stream_fields(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        return {cid: {s: d.fields for s, d in c.streams.items()} for cid, c in self.components.items()}
+
+    def subscribers(self, component_id: str) -> dict[str, list[tuple[str, Grouping]]]:
+        """For each stream of ``component_id``: the bolts subscribed to it and their groupings."""
+        out: dict[str, list[tuple[str, Grouping]]] = {}
+        for bolt in self.bolts:
+            for sub in bolt.inputs:
+                if sub.component == component_id:
+                    out.setdefault(sub.stream, []).append((bolt.id, sub.grouping))
+        return out
+
+
+class BoltDeclarer:
+    """Returned by ``set_bolt``: subscribe the bolt to streams. Every method returns ``self``."""
+
+    def __init__(self, spec: ComponentSpec) -> None:
+        self._spec = spec
+
+    def grouping(self, component_id: str, grouping: Grouping, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        self._spec.inputs.append(Subscription(component_id, stream, grouping))
+        return self
+
+    def shuffle_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, ShuffleGrouping(), stream)
+
+    def fields_grouping(self, component_id: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, FieldsGrouping(_field_list(fields)), stream)
+
+    def all_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, AllGrouping(), stream)
+
+    def global_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, GlobalGrouping(), stream)
+
+    def none_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, NoneGrouping(), stream)
+
+    def direct_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, DirectGrouping(), stream)
+
+    def local_or_shuffle_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        return self.grouping(component_id, LocalOrShuffleGrouping(), stream)
+
+    def partial_key_grouping(
+        self, component_id: str, fields: Sequence[str], stream: str = DEFAULT_STREAM
+    ) -> BoltDeclarer:
+        return self.grouping(component_id, PartialKeyGrouping(_field_list(fields)), stream)
+
+    def custom_grouping(
+        self, component_id: str, grouping: CustomStreamGrouping, stream: str = DEFAULT_STREAM
+    ) -> BoltDeclarer:
+        return self.grouping(component_id, CustomGrouping(grouping), stream)
+
+
+def _not_a(kind: str, id: str, obj: object, expected: str) -> str:
+    if isinstance(obj, type):
+        return f"{kind} {id!r}: got the class {obj.__name__}, not an instance: pass {obj.__name__}(...)"
+    return f"{kind} {id!r}: {type(obj).__name__} is not a {expected}"
+
+
+def _field_list(fields: Sequence[str]) -> list[str]:
+    return [fields] if isinstance(fields, str) else list(fields)
+
+
+class TopologyBuilder:
+    """Assemble spouts and bolts; ``create_topology`` validates everything at once."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ComponentSpec] = {}
+        self._problems: list[str] = []
+
+    def set_spout(self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None) -> None:
+        if not isinstance(spout, Spout):
+            self._problems.append(_not_a("spout", id, spout, "rayflow.Spout"))
+        self._add(ComponentSpec(id, spout, parallelism, dict(config or {})))
+
+    def set_bolt(
+        self,
+        id: str,
+        bolt: Bolt | BasicBolt,
+        parallelism: int = 1,
+        *,
+        config: dict[str, Any] | None = None,
+    ) -> BoltDeclarer:
+        if not isinstance(bolt, (Bolt, BasicBolt)):
+            self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
+        spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
+        self._add(spec)
+        return BoltDeclarer(spec)
+
+    def _add(self, spec: ComponentSpec) -> None:
+        if not isinstance(spec.id, str) or not spec.id:
+            self._problems.append(f"component id must be a non-empty string, got {spec.id!r}")
+        elif spec.id.startswith("__"):
+            self._problems.append(f"component id {spec.id!r}: ids starting with '__' are reserved")
+        elif spec.id in self._specs:
+            self._problems.append(f"duplicate component id {spec.id!r}")
+        else:
+            self._specs[spec.id] = spec
+
+    def create_topology(self) -> Topology:
+        """Return the topology, or raise one ``TopologyError`` listing every problem found."""
+        problems = list(self._problems)
+        specs = {cid: copy.copy(spec) for cid, spec in self._specs.items()}
+        # A class given instead of an instance is reported once; calling its methods unbound
+        # would only add confusing problems, so it is checked no further.
+        classes = {cid for cid, spec in specs.items() if isinstance(spec.component, type)}
+        checked = {cid: spec for cid, spec in specs.items() if cid not in classes}
+        for spec in checked.values():
+            spec.inputs = [sub for sub in spec.inputs if sub.component not in classes]
+            problems += _check_component(spec)
+
+        def is_spout(cid: str, spec: ComponentSpec) -> bool:
+            component: object = spec.component
+            return isinstance(component, type) and issubclass(component, Spout) if cid in classes else spec.is_spout
+
+        if not any(is_spout(cid, spec) for cid, spec in specs.items()):
+            problems.append("the topology has no spout")
+        for spec in checked.values():
+            problems += _check_inputs(spec, checked)
+        if problems:
+            raise TopologyError(problems)
+        return Topology(specs)
+
+
+def _check_component(spec: ComponentSpec) -> list[str]:
+    kind = "spout" if spec.is_spout else "bolt"
+    problems = []
+    if isinstance(spec.parallelism, bool) or not isinstance(spec.parallelism, int) or spec.parallelism < 1:
+        problems.append(f"{kind} {spec.id!r}: parallelism must be an integer >= 1, got {spec.parallelism!r}")
+    try:
+        own = spec.component.get_component_configuration()
+    except Exception as exc:  # user code: report, never crash validation
+        problems.append(f"{kind} {spec.id!r}: get_component_configuration raised {type(exc).__name__}: {exc}")
+        own = None
+    if own is not None and not isinstance(own, dict):
+        problems.append(f"{kind} {spec.id!r}: get_component_configuration must return a dict, got {own!r}")
+    elif own:
+        # What the builder was given wins, as in Storm, whichever spelling either side used.
+        given = {Config.setting(k) for k in spec.config}
+        spec.config = {**{k: v for k, v in own.items() if Config.setting(k) not in given}, **spec.config}
+    try:
+        Config().merged(spec.config)
+    except ConfigError as exc:
+        problems.append(f"{kind} {spec.id!r}: {exc}")
+    declarer = OutputFieldsDeclarer()
+    try:
+        spec.component.declare_output_fields(declarer)
+    except TopologyError as exc:
+        problems += [f"{kind} {spec.id!r}: {p}" for p in exc.problems]
+    except Exception as exc:  # user code: report, never crash validation
+        problems.append(f"{kind} {spec.id!r}: declare_output_fields raised {type(exc).__name__}: {exc}")
+    spec.streams = declarer.streams
+    return problems
+
+
+def _check_inputs(spec: ComponentSpec, specs: dict[str, ComponentSpec]) -> list[str]:
+    problems = []
+    for sub in spec.inputs:
+        where = f"bolt {spec.id!r} input from {sub.component!r} stream {sub.stream!r}"
+        source = specs.get(sub.component)
+        if source is None:
+            known = ", ".join(sorted(specs)) or "none"
+            problems.append(f"{where}: unknown source component {sub.component!r} (components: {known})")
+            continue
+        declared = source.streams.get(sub.stream)
+        if declared is None:
+            streams = ", ".join(sorted(source.streams)) or "none"
+            problems.append(
+                f"{where}: {sub.component!r} does not declare stream {sub.stream!r} (it declares: {streams})"
+            )
+            continue
+        grouping = sub.grouping
+        missing = [f for f in grouping.fields if f not in declared.fields]
+        if missing:
+            problems.append(
+                f"{where}: {grouping.kind} grouping on field(s) {missing} not declared by the stream "
+                f"(its fields: {list(declared.fields)})"
+            )
+        if isinstance(grouping, (FieldsGrouping,)) and not grouping.fields:
+            problems.append(f"{where}: {grouping.kind} grouping needs at least one field")
+        if isinstance(grouping, DirectGrouping) and not declared.direct:
+            problems.append(f"{where}: direct grouping on a stream not declared direct")
+        if declared.direct and not isinstance(grouping, DirectGrouping):
+            problems.append(f"{where}: the stream is direct, so it needs a direct grouping, not {grouping.kind}")
+        if isinstance(grouping, CustomGrouping) and not isinstance(grouping.grouping, CustomStreamGrouping):
+            problems.append(
+                f"{where}: custom grouping {type(grouping.grouping).__name__} must have "
+                f"prepare(context, stream, target_tasks) and choose_tasks(task_id, values)"
+            )
+    return problems

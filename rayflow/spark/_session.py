@@ -1,0 +1,165 @@
+"""Starting Spark on Ray through raydp, with what it takes on Java 17 and a small machine.
+
+``spark_session()`` starts Spark in *this* process (the process becomes the Spark driver, talking
+to its JVM through py4j); the shared Spark that ``DataFrameSink`` uses starts the same way, with
+the same settings, inside its own actor (``shared.py``). Either costs ~25 s and ~1.6 GB (four
+JVMs), so a process holds at most one Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RayflowError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["SparkSettings", "SparkUnavailableError", "spark_session", "start_spark", "stop_spark"]
+
+logger = logging.getLogger("rayflow")
+
+_OPENS = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+JAVA_17_OPTIONS = " ".join(f"--add-opens=java.base/{name}=ALL-UNNAMED" for name in _OPENS)
+"""Without these in the driver, the executors and raydp's app master, Spark 3.5 on Java 17
+hangs in ``ray.data.from_spark`` or a Java worker aborts ("Check failed: objects_valid")."""
+
+
+class SparkUnavailableError(RayflowError):
+    """Spark cannot start here: no Java on PATH, the ``spark`` extra is not installed, no Ray."""
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How big a Spark to start. ``configs`` are extra Spark settings, applied last."""
+
+    app_name: str = "rayflow"
+    executors: int = 1
+    cores: int = 1
+    memory: str = "1g"
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def spark_configs(self) -> dict[str, str]:
+        """raydp's ``configs``: what Spark needs on Java 17 and a small machine, then ``configs``."""
+        return {
+            "spark.driver.extraJavaOptions": JAVA_17_OPTIONS,
+            "spark.executor.extraJavaOptions": JAVA_17_OPTIONS,
+            "spark.ray.raydp_app_master.extraJavaOptions": JAVA_17_OPTIONS,
+            # raydp's master actor would otherwise hold a whole CPU for nothing.
+            "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+            # The default 200 turns a 10k-row groupBy into minutes on one executor core.
+            "spark.sql.shuffle.partitions": str(max(2, 2 * self.executors * self.cores)),
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.ui.showConsoleProgress": "false",
+            **{key: str(value) for key, value in self.configs.items()},
+        }
+
+
+def check_spark_available() -> None:
+    """Raise ``SparkUnavailableError`` saying what is missing for Spark to start here."""
+    if shutil.which("java") is None:
+        raise SparkUnavailableError(
+            "Spark needs Java 17 on PATH and `java` was not found: install a JDK "
+            "(e.g. `apt-get install openjdk-17-jre-headless`) or put its bin/ directory on PATH"
+        )
+    try:
+        import pyspark  # noqa: F401
+        import raydp  # noqa: F401
+    except ImportError as exc:
+        raise SparkUnavailableError(
+            f"Spark on Ray needs the spark extra ({exc}): pip install 'rayflow[spark]'"
+        ) from None
+    import ray
+
+    if not ray.is_initialized():
+        raise SparkUnavailableError(
+            "Spark runs on the connected Ray cluster: call ray.init() first, or use rayflow.LocalCluster()"
+        )
+
+
+def start_spark(settings: SparkSettings) -> SparkSession:
+    """Start Spark in this process through raydp (~25 s). The caller makes sure it is the only one."""
+    check_spark_available()
+    # The executors start their Python workers with the driver's PYSPARK_PYTHON; unset, that is
+    # the system python, which has no pyspark.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import raydp
+
+    session: SparkSession = raydp.init_spark(
+        settings.app_name,
+        num_executors=settings.executors,
+        executor_cores=settings.cores,
+        executor_memory=settings.memory,
+        configs=settings.spark_configs(),
+    )
+    return session
+
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def spark_session(
+    app_name: str = "rayflow",
+    *,
+    executors: int = 1,
+    cores: int = 1,
+    memory: str = "1g",
+    configs: dict[str, Any] | None = None,
+) -> SparkSession:
+    """Spark on the connected Ray cluster, in this process, with the settings it needs.
+
+    The first call starts it (~25 s, ~1.6 GB); later calls return the same session, whatever
+    their arguments. ``stop_spark()`` stops it. Raises ``SparkUnavailableError`` when Java,
+    pyspark/raydp or a Ray connection is missing.
+
+    This session lives in this process: topology tasks cannot use it (py4j ties a session to
+    the process that started it). ``DataFrameSink`` runs its batches in the shared Spark (see
+    ``run_in_spark``); to keep a single Spark, do your Spark work there rather than here::
+
+        spark = spark_session()
+        spark.range(3).count()      # 3
+    """
+    global _session
+    with _lock:
+        if _session is None:
+            settings = SparkSettings(app_name, executors, cores, memory, dict(configs or {}))
+            _session = start_spark(settings)
+        return _session
+
+
+def stop_spark() -> None:
+    """Stop this process's Spark (``spark_session``) and the shared Spark of ``DataFrameSink``
+    and ``run_in_spark``, whichever are running. Their memory is freed; sinks still running
+    start the shared one again on their next batch."""
+    global _session
+    with _lock:
+        if _session is not None:
+            import raydp
+
+            raydp.stop_spark()
+            _session = None
+    from ._shared import stop_shared_spark
+
+    stop_shared_spark()

@@ -1,0 +1,214 @@
+"""The shared Spark: one Spark application in one named Ray actor, for the whole cluster.
+
+Why an actor: a ``DataFrameSink`` runs as several tasks, each a Ray actor in its own process,
+and a SparkSession belongs to the process that started it (py4j). A Spark per sink task would be
+a 1.6 GB, 25-second application per task. So the sink tasks hand their batches, as Arrow tables,
+to this actor, which turns each into a DataFrame and calls the user's ``foreach_batch`` there.
+The driver reaches the same Spark with ``run_in_spark`` -- for the final query of a job, or to
+build a ``DataFrameSpout`` from a DataFrame -- so a job holds one Spark, not two.
+
+The actor is detached and named (``rayflow-spark`` in namespace ``rayflow``): it outlives the
+task that happened to start it, restarted sink tasks find it again, and ``stop_spark()`` (or the
+end of the Ray cluster) stops it. Calls run on threads, batches at most one per executor core
+at a time, so with several cores a ``foreach_batch`` runs concurrently with itself (on
+different batches) and must be safe to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigError
+from ._session import SparkSettings, SparkUnavailableError, start_spark
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SHARED_NAME", "SHARED_NAMESPACE", "run_in_spark", "settings_from_conf", "shared_spark", "stop_shared_spark"]
+
+logger = logging.getLogger("rayflow")
+
+SHARED_NAME = "rayflow-spark"
+SHARED_NAMESPACE = "rayflow"
+CONCURRENCY = 64
+"""Calls the shared Spark serves at once (on threads). Batches run at most one per executor
+core at a time (more only thrash: 8 batches of 5,000 rows took 12 s at once, 5 s one by one);
+the others wait their turn, which leaves threads for ``run_in_spark`` meanwhile."""
+
+DEFAULT_SETTINGS = SparkSettings(app_name="rayflow-shared")
+"""Its own application name: raydp names its actors after it, and ``spark_session()`` in a
+driver uses ``rayflow``."""
+
+
+class SharedSpark:
+    """The body of the shared Spark actor. Startup errors are kept, not raised, so that the
+    caller gets them as they are (a constructor that raises surfaces as ``ActorDiedError``)."""
+
+    def __init__(self, settings: SparkSettings) -> None:
+        self._settings = settings
+        self._error: Exception | None = None
+        self._spark: SparkSession | None = None
+        self._batch_slots = threading.BoundedSemaphore(settings.executors * settings.cores)
+        try:
+            self._spark = start_spark(settings)
+            self._warm_up()
+        except SparkUnavailableError as exc:
+            self._error = exc
+        except Exception as exc:  # Spark's own start-up failures: py4j and Java errors
+            self._error = SparkUnavailableError(f"Spark did not start: {type(exc).__name__}: {exc}")
+
+    def _warm_up(self) -> None:
+        """Write one tiny batch as Parquet and throw it away: the first job of a Spark pays
+        10-15 s of JIT and Python worker start-up, which would otherwise land on the first
+        batch (and count against its tuples' timeout)."""
+        import pyarrow as pa
+
+        from ._arrow import to_spark_dataframe
+
+        scratch = tempfile.mkdtemp(prefix="rayflow-spark-warm-up-")
+        try:
+            to_spark_dataframe(self._session(), pa.table({"x": [1]})).write.mode("overwrite").parquet(scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def startup_error(self) -> Exception | None:
+        return self._error
+
+    def settings(self) -> SparkSettings:
+        return self._settings
+
+    def foreach_batch(self, fn: Callable[[DataFrame, int], Any] | str, table: pa.Table, batch_id: int) -> None:
+        """``fn(DataFrame of table, batch_id)``; ``fn`` may be a dotted import path."""
+        from ._arrow import to_spark_dataframe
+        from ._sink import resolve_function
+
+        function = resolve_function(fn) if isinstance(fn, str) else fn
+        with self._batch_slots:  # jobs beyond the executor cores only thrash
+            function(to_spark_dataframe(self._session(), table), batch_id)
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return fn(self._session(), *args, **kwargs)
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            import raydp
+
+            raydp.stop_spark()
+            self._spark = None
+
+    def _session(self) -> SparkSession:
+        if self._spark is None:
+            raise self._error or SparkUnavailableError("the shared Spark was stopped")
+        return self._spark
+
+
+def shared_spark(settings: SparkSettings | None = None, *, wait: bool = True) -> Any:
+    """The handle of the shared Spark actor, starting it with ``settings`` if it is not running.
+
+    With ``wait`` (the default) this blocks until Spark is up (~25 s the first time) and raises
+    ``SparkUnavailableError`` if it cannot start; without, calls made on the handle queue until
+    it is up. When it already runs with other settings, those stay (and a warning says so).
+    """
+    import ray
+
+    if not ray.is_initialized():
+        raise SparkUnavailableError(
+            "the shared Spark runs on the connected Ray cluster: call ray.init() first, or use rayflow.LocalCluster()"
+        )
+    settings = settings or DEFAULT_SETTINGS
+    handle = (
+        _remote_class()
+        .options(
+            name=SHARED_NAME,
+            namespace=SHARED_NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=CONCURRENCY,
+        )
+        .remote(settings)
+    )
+    if wait:
+        error, running = ray.get([handle.startup_error.remote(), handle.settings.remote()])
+        if error is not None:
+            ray.kill(handle)  # so that the next attempt starts afresh
+            raise error
+        if running != settings:
+            logger.warning(
+                "the shared Spark already runs with %s; asked for %s (stop_spark() to restart)", running, settings
+            )
+    return handle
+
+
+@functools.cache
+def _remote_class() -> Any:
+    import ray
+
+    return ray.remote(SharedSpark)
+
+
+def run_in_spark(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(spark, *args, **kwargs)`` in the shared Spark and return its result.
+
+    The Spark that ``DataFrameSink`` batches run in, started here if it is not running yet. The
+    result travels back pickled: return plain values or rows (``df.collect()``), not DataFrames.
+    Use it for the final query of a job, or to build a ``DataFrameSpout`` from a DataFrame,
+    without starting a second Spark in the driver::
+
+        def top_words(spark, path):
+            return spark.read.parquet(path).orderBy("count", ascending=False).limit(3).collect()
+
+        rows = run_in_spark(top_words, "/tmp/counts")
+    """
+    import ray
+
+    return ray.get(shared_spark().run.remote(fn, args, kwargs))
+
+
+def stop_shared_spark() -> None:
+    """Stop the shared Spark if it runs (its JVMs first, then the actor)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        handle = ray.get_actor(SHARED_NAME, namespace=SHARED_NAMESPACE)
+    except ValueError:
+        return
+    try:
+        ray.get(handle.stop.remote(), timeout=60)
+    except Exception as exc:  # it may be dying already; it is killed below either way
+        logger.warning("stopping the shared Spark: %s: %s", type(exc).__name__, exc)
+    ray.kill(handle)
+
+
+def settings_from_conf(conf: Mapping[str, Any]) -> SparkSettings:
+    """The shared Spark's settings from a topology's config: its ``spark.*`` keys.
+
+    ``spark.executor.instances``, ``spark.executor.cores`` and ``spark.executor.memory`` size it
+    (default 1, 1 and ``1g``); every other ``spark.*`` key is passed on to Spark as it is."""
+    given = {key: value for key, value in conf.items() if isinstance(key, str) and key.startswith("spark.")}
+    try:
+        executors = _positive_int(given.pop("spark.executor.instances", DEFAULT_SETTINGS.executors), "instances")
+        cores = _positive_int(given.pop("spark.executor.cores", DEFAULT_SETTINGS.cores), "cores")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    memory = str(given.pop("spark.executor.memory", DEFAULT_SETTINGS.memory))
+    configs = {key: str(value) for key, value in given.items()}
+    return dataclasses.replace(DEFAULT_SETTINGS, executors=executors, cores=cores, memory=memory, configs=configs)
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"spark.executor.{name} must be an integer >= 1, got {value!r}")
+    return value

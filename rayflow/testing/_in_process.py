@@ -1,0 +1,257 @@
+"""``InProcessTopology``: every task of a topology as an executor in this process, no Ray.
+
+The tasks are the same executors the Ray actors run, built by the same ``make_executor`` and
+driven through the same lifecycle; only the wire differs. Payloads travel through two queues --
+acker traffic and data -- and are pickled on the way, as on Ray, so a value that could not cross
+a process boundary fails here too. Time is simulated: ``advance(secs)`` fires the executors'
+timers (message timeouts, ticks) in the order they fall due, so a test of a 30-second timeout
+takes microseconds and never depends on the machine's speed.
+
+Everything is deterministic for a given topology and delivery order, except what the
+components themselves randomise (and shuffle groupings, which start at a random task).
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import pickle
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+from .._config import Config
+from .._context import TopologyContext
+from .._errors import RayflowError
+from .._executors import Executor, make_executor
+from .._metrics import merge_by_component
+from .._topology import ACKER_COMPONENT, Topology
+from .._tuple import DEFAULT_STREAM
+
+__all__ = ["Delivery", "InProcessTopology", "Recorder"]
+
+Delivery = Literal["fifo", "newest_first", "random"]
+"""The order queued payloads are delivered in: oldest first with acker traffic ahead of data
+(``fifo``), newest first with data ahead of acker traffic (``newest_first``: every ack reaches
+the acker before the init that opened its tree), or a seeded random pick (``random``)."""
+
+MAX_RAISING_BURSTS = 100
+"""``run`` takes a spout whose ``next_tuple`` raised this many bursts in a row, emitting
+nothing, for idle."""
+MAX_EMITS_PER_RUN = 1_000_000
+"""``run`` gives up past this many spout tuples without the spouts going quiet: an unbounded
+spout cannot be run to completion."""
+
+
+class Recorder:
+    """The observer of every task: what each component emitted, and what each spout was told."""
+
+    def __init__(self) -> None:
+        self.emits: dict[tuple[str, str], list[list[Any]]] = {}
+        self.acks: dict[str, list[Any]] = {}
+        self.fails: dict[str, list[Any]] = {}
+        self.emit_count = 0
+
+    def emitted(self, component: str, stream: str, values: list[Any]) -> None:
+        self.emits.setdefault((component, stream), []).append(list(values))
+        self.emit_count += 1
+
+    def acked(self, component: str, msg_id: Any) -> None:
+        self.acks.setdefault(component, []).append(msg_id)
+
+    def failed(self, component: str, msg_id: Any) -> None:
+        self.fails.setdefault(component, []).append(msg_id)
+
+
+class _QueueLink:
+    """An executor's ``Link`` here: payloads are pickled and queued for ``settle``."""
+
+    def __init__(self, topology: InProcessTopology) -> None:
+        self._topology = topology
+
+    def send_data(self, dest: int, payload: Any) -> None:
+        self._topology.data.append((dest, pickle.dumps(payload, protocol=5)))
+
+    def send_control(self, dest: int, payload: Any) -> None:
+        self._topology.control.append((dest, pickle.dumps(payload, protocol=5)))
+
+    def backlog(self, dest: int) -> int:
+        return sum(1 for d, _ in self._topology.data if d == dest)
+
+
+class InProcessTopology:
+    """Run ``topology`` in this process. Spouts are opened and activated at once unless
+    ``active=False``. Drive it with ``run`` (spouts emit, everything is delivered, until the
+    spouts go quiet), ``settle`` (deliver what is queued), ``advance`` (simulated time) and
+    ``close``."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        conf: Config | dict[str, Any] | None = None,
+        *,
+        active: bool = True,
+        delivery: Delivery = "fifo",
+        seed: int = 0,
+    ) -> None:
+        self.conf = Config.of(conf)
+        self.layout = topology.task_layout(self.conf.ackers)
+        self.delivery = delivery
+        self._rng = random.Random(seed)
+        self.data: deque[tuple[int, bytes]] = deque()
+        self.control: deque[tuple[int, bytes]] = deque()
+        self.recorder = Recorder()
+        self.now = 0.0
+        self._timers: list[tuple[float, int, float, Callable[[], None]]] = []
+        link = _QueueLink(self)
+        self.executors: dict[int, Executor] = {}
+        for task in self.layout:
+            # Every task gets its own copy of the components, as every Ray actor unpickles its own.
+            context = TopologyContext(task, self.layout, topology.stream_fields())
+            executor = make_executor(copy.deepcopy(topology), self.conf, context, link)
+            executor.observer = self.recorder
+            self.executors[task] = executor
+        for executor in self.executors.values():
+            executor.start()
+            for period, action in executor.timers():
+                heapq.heappush(self._timers, (period, len(self._timers), period, action))
+        if active:
+            self.activate()
+
+    # -- looking inside -------------------------------------------------------------------------
+    def tasks(self, component_id: str) -> list[Executor]:
+        """The executors of ``component_id``'s tasks, by task id."""
+        return [self.executors[t] for t, c in self.layout.items() if c == component_id]
+
+    def task(self, component_id: str) -> Any:
+        """The executor of ``component_id``'s first task."""
+        return self.tasks(component_id)[0]
+
+    def components(self, component_id: str) -> list[Any]:
+        """The user's component object in each task of ``component_id`` (each task's own copy)."""
+        found: list[Any] = []
+        for executor in self.tasks(component_id):
+            component = getattr(executor, "spout", None) or executor.bolt  # type: ignore[attr-defined]
+            found.append(getattr(component, "basic", component))  # a BasicBolt runs inside an adapter
+        return found
+
+    def emitted(self, component: str, stream: str = DEFAULT_STREAM) -> list[list[Any]]:
+        """Every tuple ``component`` emitted on ``stream`` so far, in order, replays included."""
+        return [list(v) for v in self.recorder.emits.get((component, stream), [])]
+
+    def acked(self, spout: str) -> list[Any]:
+        """The msg ids ``spout`` was told were acked, in order."""
+        return list(self.recorder.acks.get(spout, []))
+
+    def failed(self, spout: str) -> list[Any]:
+        """The msg ids ``spout`` was told failed (explicitly, or by timeout), in order."""
+        return list(self.recorder.fails.get(spout, []))
+
+    def pending_trees(self) -> int:
+        """Trees the ackers are still tracking."""
+        ackers: list[Any] = self.tasks(ACKER_COMPONENT)
+        return sum(len(acker.ledger) for acker in ackers)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Per component, summed over its tasks: the shape of ``TopologyHandle.metrics()``."""
+        snaps = {task: e.snapshot() for task, e in self.executors.items()}
+        for snap in snaps.values():
+            snap.update(alive=True, restarts=0)
+        return merge_by_component(self.layout, snaps)
+
+    # -- driving ------------------------------------------------------------------------------
+    def activate(self) -> None:
+        for executor in self.executors.values():
+            executor.activate()
+
+    def deactivate(self) -> None:
+        for executor in self.executors.values():
+            executor.deactivate()
+
+    def _next(self) -> tuple[deque[tuple[int, bytes]], tuple[int, bytes]] | None:
+        if self.delivery == "random":
+            queues = [q for q in (self.control, self.data) if q]
+            if not queues:
+                return None
+            queue = self._rng.choice(queues)
+            i = self._rng.randrange(len(queue))
+            queue.rotate(-i)
+            item = queue.popleft()
+            queue.rotate(i)
+            return queue, item
+        newest = self.delivery == "newest_first"
+        for queue in (self.data, self.control) if newest else (self.control, self.data):
+            if queue:
+                return queue, queue.pop() if newest else queue.popleft()
+        return None
+
+    def settle(self) -> None:
+        """Flush every outbox and deliver every payload, until nothing moves."""
+        while True:
+            for executor in self.executors.values():
+                executor.outbox.flush()
+            picked = self._next()
+            if picked is None:
+                return
+            queue, (dest, payload) = picked
+            executor = self.executors[dest]
+            if queue is self.data:
+                executor.receive(pickle.loads(payload))
+            else:
+                executor.receive_control(pickle.loads(payload))
+
+    def run_spouts(self, max_calls: int = 1000) -> int:
+        """Give every spout task that wants it one burst of ``next_tuple`` calls; returns the
+        tuples emitted."""
+        return sum(e.run_burst(max_calls) for e in self.executors.values() if e.wants_next_tuple())
+
+    def run(self) -> int:
+        """Let the spouts emit and deliver everything, until the spouts emit nothing more (they
+        are exhausted, at their pending limit with nothing left to complete, or idle). A
+        ``next_tuple`` that raised counts as activity for a while -- on Ray the spout would be
+        asked again at once -- so a source that fails now and then is not taken for idle.
+        Returns the tuples the spouts emitted."""
+        total = 0
+        raising = 0
+        while True:
+            errors = self._spout_errors()
+            emitted = self.run_spouts()
+            self.settle()
+            raised = self._spout_errors() > errors
+            raising = raising + 1 if raised and not emitted else 0
+            if not emitted and (not raised or raising > MAX_RAISING_BURSTS):
+                return total
+            total += emitted
+            if total > MAX_EMITS_PER_RUN:
+                raise RayflowError(
+                    f"the spouts emitted more than {MAX_EMITS_PER_RUN:,} tuples without going quiet: "
+                    "an unbounded spout cannot be run to completion in-process (mock it, or drive it step by step)"
+                )
+
+    def _spout_errors(self) -> int:
+        return sum(e.metrics.errors for e in self.executors.values() if e.is_source)
+
+    def advance(self, secs: float) -> None:
+        """Move the simulated clock ``secs`` forward, firing each timer (message-timeout
+        rotations, tick tuples) when it falls due, and delivering what each firing sends."""
+        until = self.now + secs
+        timers = self._timers
+        while timers and timers[0][0] <= until:
+            due, order, period, action = heapq.heappop(timers)
+            self.now = due
+            action()
+            heapq.heappush(timers, (due + period, order, period, action))
+            self.settle()
+        self.now = until
+
+    def close(self) -> None:
+        """Close every task (spouts close, bolts clean up) and deliver what that sends."""
+        for executor in self.executors.values():
+            executor.close()
+        self.settle()
+
+    @property
+    def finished(self) -> bool:
+        """Every spout task is exhausted with no tree pending."""
+        return all(e.finished for e in self.executors.values())

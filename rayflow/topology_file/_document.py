@@ -1,0 +1,205 @@
+"""A parsed topology file that remembers where every value came from.
+
+The text is parsed with PyYAML's ``SafeLoader`` (JSON parses too) into a tree of ``Node``: each
+holds a plain value, the file, the 1-based line and its path in that file (``bolts[1].class``).
+Only plain data comes out: a YAML tag that asks for a Python object is a problem, never obeyed.
+Nodes keep their origin when ``includes`` moves them into another document, so an error found
+after merging still names the file and line the user wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ._errors import Problem
+from ._substitution import Placeholders
+
+__all__ = ["Node", "join_path", "parse_document"]
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][\w.\-]*\Z")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+MAX_NODES = 1_000_000
+
+
+def join_path(path: str, key: Any) -> str:
+    """``bolts`` + 1 -> ``bolts[1]``; ``bolts[1]`` + ``class`` -> ``bolts[1].class``."""
+    if isinstance(key, str) and _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{key!r}]"
+
+
+@dataclass
+class Node:
+    """A value of a parsed file: ``value`` is ``dict[Any, Node]``, ``list[Node]`` or a scalar."""
+
+    value: Any
+    file: str
+    line: int
+    path: str
+    reported: bool = False
+    """A problem with this value was reported while parsing: later checks keep quiet about it."""
+
+    def plain(self) -> Any:
+        """The value as plain Python data, without locations."""
+        if isinstance(self.value, dict):
+            return {k: v.plain() for k, v in self.value.items()}
+        if isinstance(self.value, list):
+            return [v.plain() for v in self.value]
+        return self.value
+
+    def child(self, key: Any) -> Node | None:
+        value = self.value
+        found: Node | None = None
+        if isinstance(value, dict):
+            found = value.get(key)
+        elif isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+            found = value[key]
+        return found
+
+    def locate(self, loc: Sequence[Any]) -> tuple[Node, str]:
+        """The deepest node along ``loc`` and the path of ``loc`` expressed from that node's file."""
+        node, path = self, self.path
+        for i, key in enumerate(loc):
+            nxt = node.child(key)
+            if nxt is None:
+                for rest in loc[i:]:
+                    path = join_path(path, rest)
+                break
+            node, path = nxt, nxt.path
+        return node, path
+
+    def reported_within(self) -> bool:
+        """Whether a problem was reported for this value or anything inside it."""
+        if self.reported:
+            return True
+        children = (
+            self.value.values() if isinstance(self.value, dict) else self.value if isinstance(self.value, list) else ()
+        )
+        return any(child.reported_within() for child in children)
+
+    def reported_along(self, loc: Sequence[Any]) -> bool:
+        node: Node | None = self
+        for key in loc:
+            if node is None or node.reported:
+                break
+            node = node.child(key)
+        return node is not None and node.reported
+
+    def problem(self, message: str, loc: Sequence[Any] = ()) -> Problem:
+        """A problem at ``loc`` below this node, placed at the deepest line that exists."""
+        node, path = self.locate(loc)
+        return Problem(node.file, node.line, path, message)
+
+
+def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[Node | None, list[Problem]]:
+    """Parse one file. A YAML syntax error yields no tree; other problems (duplicate keys, tags,
+    unresolved placeholders) are reported alongside the tree."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, [Problem(file, 1, "", "the file is empty: a topology needs at least name and spouts")]
+        builder = _TreeBuilder(loader, file, placeholders)
+        return builder.build(root, "", root.start_mark.line + 1), builder.problems
+    except yaml.MarkedYAMLError as exc:
+        return None, [_syntax_problem(exc, file)]
+    except yaml.YAMLError as exc:
+        return None, [Problem(file, 1, "", f"invalid YAML: {exc}")]
+    finally:
+        loader.dispose()
+
+
+def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+    """PyYAML's own words, context first: ``while parsing a flow sequence (line 3), expected ',' or
+    ']', but got '<stream end>' (column 1)``, placed on the line where parsing stopped."""
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark else 1
+    parts = []
+    if exc.context:
+        started = exc.context_mark
+        parts.append(exc.context + (f" (line {started.line + 1})" if started and started.line + 1 != line else ""))
+    if exc.problem:
+        parts.append(exc.problem + (f" (column {mark.column + 1})" if mark else ""))
+    return Problem(file, line, "", "invalid YAML: " + ", ".join(parts))
+
+
+class _TreeBuilder:
+    def __init__(self, loader: yaml.SafeLoader, file: str, placeholders: Placeholders) -> None:
+        self.loader = loader
+        self.file = file
+        self.placeholders = placeholders
+        self.problems: list[Problem] = []
+        self._open: set[int] = set()
+        self._built = 0
+
+    def report(self, line: int, path: str, message: str) -> None:
+        self.problems.append(Problem(self.file, line, path, message))
+
+    def build(self, node: yaml.Node, path: str, line: int) -> Node:
+        self._built += 1
+        if self._built > MAX_NODES:
+            raise yaml.YAMLError(f"more than {MAX_NODES} values: are aliases expanding without bound?")
+        if id(node) in self._open:
+            self.report(line, path, "an alias refers to a node that contains it (recursive alias)")
+            return Node(None, self.file, line, path, reported=True)
+        if isinstance(node, yaml.ScalarNode):
+            value, ok = self._scalar(node, path)
+            return Node(value, self.file, line, path, reported=not ok)
+        if node.tag not in _COLLECTION_TAGS:
+            self.report(line, path, _tag_message(node.tag))
+            return Node(None, self.file, line, path, reported=True)
+        self._open.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return Node(self._mapping(node, path), self.file, line, path)
+            items = [
+                self.build(item, join_path(path, i), item.start_mark.line + 1) for i, item in enumerate(node.value)
+            ]
+            return Node(items, self.file, line, path)
+        finally:
+            self._open.discard(id(node))
+
+    def _mapping(self, node: yaml.MappingNode, path: str) -> dict[Any, Node]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key, line = self.loader.construct_object(key_node), key_node.start_mark.line + 1
+            if key in first_line:
+                self.report(line, join_path(path, key), f"duplicate key (first given at line {first_line[key]})")
+            first_line.setdefault(key, line)
+        self.loader.flatten_mapping(node)
+        out: dict[Any, Node] = {}
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.report(line, path, "a key must be a plain value, not a list or mapping")
+                continue
+            key, ok = self._scalar(key_node, path)
+            out[key] = self.build(value_node, join_path(path, key), line)
+            out[key].reported |= not ok
+        return out
+
+    def _scalar(self, node: yaml.ScalarNode, path: str) -> tuple[Any, bool]:
+        """The value, and whether it is sound (no problem reported)."""
+        try:
+            value = self.loader.construct_object(node)
+        except yaml.constructor.ConstructorError:
+            self.report(node.start_mark.line + 1, path, _tag_message(node.tag))
+            return None, False
+        if not isinstance(value, str):
+            return value, True
+        value, problems = self.placeholders.restore(value)
+        for message in problems:
+            self.report(node.start_mark.line + 1, path, message)
+        return value, not problems
+
+
+def _tag_message(tag: str) -> str:
+    return f"the YAML tag {tag} is not allowed: a topology file holds plain data only"

@@ -1,0 +1,81 @@
+"""Loading a topology file: ``load_topology`` runs the whole pipeline and raises one
+``SpecError`` listing every problem, or returns what ``submit_topology`` needs.
+
+    text --substitute ${...}--> YAML --parse (lines kept)--> merge includes
+         --schema (pydantic), config (rayflow.Config)--> references, classes, TopologyBuilder --> Topology
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._config import Config
+from .._topology import Topology
+from ._build import build_topology
+from ._configs import config_problems
+from ._document import Node
+from ._errors import Problem, SpecError
+from ._includes import read_tree
+from ._models import TopologySpec
+from ._validation import validate_node
+
+__all__ = ["LoadedTopology", "load_spec", "load_topology"]
+
+
+@dataclass(frozen=True)
+class LoadedTopology:
+    """A checked topology file: what to pass to ``submit_topology(name, config, topology)``."""
+
+    spec: TopologySpec
+    config: Config
+    topology: Topology
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def load_spec(
+    path: str | Path, properties: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> TopologySpec:
+    """Read and validate a topology file without importing any class it names."""
+    spec, _, problems = _read(path, properties, environ)
+    if problems or spec is None:
+        raise SpecError(problems)
+    return spec
+
+
+def load_topology(
+    path: str | Path, properties: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> LoadedTopology:
+    """Read, validate and build a topology file. ``properties`` fill ``${key}``, ``environ``
+    (default: ``os.environ``) fills ``${ENV-NAME}``. Raises ``SpecError`` listing every problem.
+
+    Component classes are imported from the dotted paths in the file, so their modules must be
+    importable (``rayflow`` puts the current directory on ``sys.path``)."""
+    spec, tree, problems = _read(path, properties, environ)
+    if tree is None:
+        raise SpecError(problems)
+    topology, build_problems = build_topology(tree, sound=spec is not None and not problems)
+    problems += build_problems
+    if problems or spec is None or topology is None:
+        raise SpecError(problems)
+    return LoadedTopology(spec, Config.of(spec.config), topology)
+
+
+def _read(
+    path: str | Path, properties: Mapping[str, str] | None, environ: Mapping[str, str] | None
+) -> tuple[TopologySpec | None, Node | None, list[Problem]]:
+    tree, problems = read_tree(path, properties or {}, os.environ if environ is None else environ)
+    if tree is None:
+        return None, None, problems
+    if not isinstance(tree.value, dict):
+        problems.append(tree.problem("a topology file must be a mapping with name, spouts, bolts and streams"))
+        return None, None, problems
+    spec, schema_problems = validate_node(TopologySpec, tree)
+    problems += schema_problems
+    problems += config_problems(tree)
+    return spec, tree, problems
