@@ -8,7 +8,7 @@ pytest.importorskip("pyarrow")
 
 from rayflow import ConfigError  # noqa: E402
 from rayflow.spark import SparkUnavailableError  # noqa: E402
-from rayflow.spark import session as session_module  # noqa: E402
+from rayflow.spark import _session as session_module  # noqa: E402
 from rayflow.spark._session import JAVA_17_OPTIONS, SparkSettings, check_spark_available  # noqa: E402
 from rayflow.spark._shared import settings_from_conf  # noqa: E402
 

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from rayflow.spark import DataFrameSink, ForeachBatchError, SchemaMismatchError  # noqa: E402
-from rayflow.spark import shared as shared_module  # noqa: E402
-from rayflow.spark import sink as sink_module  # noqa: E402
+from rayflow.spark import _shared as shared_module  # noqa: E402
+from rayflow.spark import _sink as sink_module  # noqa: E402
 from rayflow.spark._sink import MAX_INFLIGHT, Batcher  # noqa: E402
 
 
