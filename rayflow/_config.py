@@ -12,7 +12,6 @@ making a ``Config`` raises ``ConfigError`` listing the same problems.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import ErrorDetails
 
 from ._errors import ConfigError
+from ._suggest import did_you_mean
 
 __all__ = ["DEFAULT_MAX_SPOUT_PENDING", "Config", "ConfigProblem"]
 
@@ -68,9 +68,8 @@ class Config(BaseModel):
     """Tuples per batch sent to one task: a batch is sent as soon as it is full."""
     linger_ms: float = Field(8.0, gt=0, alias="rayflow.batch.linger.ms")
     """A data batch that is not full is sent after at most this long. Below saturation lingers,
-    not batch size, set how many frames a topology sends; a frame cost about 0.35 ms of CPU all
-    told on a 2-core box (mostly waking its receiver), and a longer linger adds to the complete
-    latency."""
+    not batch size, set how many frames a topology sends; every frame costs CPU (mostly waking
+    its receiver: ``docs/performance.md``), and a longer linger adds to the complete latency."""
     control_linger_ms: float = Field(8.0, gt=0, alias="rayflow.control.linger.ms")
     """Under load, acker traffic (acks to the ackers, results to the spouts) is sent at most once
     per this period per task; when a task has sent nothing for this long it goes at once."""
@@ -191,14 +190,9 @@ _FIELD_OF: dict[str, str] = {
 def _typo(key: str) -> str | None:
     """Why an unknown ``key`` is refused, or ``None`` when it is a user key for the components."""
     if key.startswith(_NAMESPACE):
-        return "unknown rayflow config key" + _did_you_mean(key, 0.6)
-    hint = _did_you_mean(key, 0.85)
+        return "unknown rayflow config key" + did_you_mean(key, _FIELD_OF)
+    hint = did_you_mean(key, _FIELD_OF, cutoff=0.85)
     return "unknown config key" + hint if hint else None
-
-
-def _did_you_mean(key: str, cutoff: float) -> str:
-    close = difflib.get_close_matches(key, list(_FIELD_OF), n=1, cutoff=cutoff)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _value_problems(exc: ValidationError) -> list[ConfigProblem]:

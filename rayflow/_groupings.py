@@ -4,6 +4,11 @@ A grouping object is declared once in the builder, then every source task gets i
 (the topology is pickled per task) and calls ``prepare`` once, then ``choose_tasks`` per tuple.
 Hashing is stable across processes (CRC-32 of the values, never Python's salted ``hash``), so
 every task of a source agrees on where a key goes.
+
+Public: ``CustomStreamGrouping`` (the protocol a user's grouping implements) and ``StreamId``,
+both re-exported by ``rayflow``. The built-in groupings are chosen through ``BoltDeclarer``'s
+methods (``shuffle_grouping``, ``fields_grouping``, ...), as in Storm, and their classes stay
+private: they may change without notice.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from rayflow._cli import MEANING, Outcome, app, console, flow_order
+from rayflow._cli import MEANING, ExitCode, app, console, flow_order
 from rayflow._cli.monitor import Monitor
 from rayflow.topology_file import load_topology
 from rayflow.topology_file._drawing import to_dot, to_mermaid
@@ -317,7 +317,7 @@ class TestMonitor:
             metrics[cid].update(values)
         return metrics
 
-    def run(self, loaded: Any, metrics: dict[str, dict[str, Any]], terminal: bool = False) -> tuple[Outcome, str, str]:
+    def run(self, loaded: Any, metrics: dict[str, dict[str, Any]], terminal: bool = False) -> tuple[ExitCode, str, str]:
         stdout, stderr = io.StringIO(), io.StringIO()
         consoles = {"out": stdout, "err": stderr}
         patched = {name: Console(file=f, width=200, force_terminal=terminal) for name, f in consoles.items()}
@@ -345,23 +345,23 @@ class TestMonitor:
         """A spout's emitted counts untracked tuples too: the verdict compares trees, not emits."""
         metrics = self.metrics(words={"emitted": 80})  # 20 of them untracked
         outcome, out, _ = self.run(troubled, metrics)
-        assert outcome == Outcome.ACKED
+        assert outcome == ExitCode.ACKED
         assert "words: every tuple tree was acked (60); 20 untracked tuple(s) emitted" in out
         assert "numbers: 50 untracked tuple(s) emitted (no msg_id: nothing to ack)" in out
 
     def test_failed_trees_exit_2(self, troubled) -> None:
         outcome, out, err = self.run(troubled, self.metrics(words={"acked": 55, "failed": 5}))
-        assert outcome == Outcome.TREES_FAILED
+        assert outcome == ExitCode.TREES_FAILED
         assert "words: 55 of 60 tuple tree(s) acked, 5 failed, 0 still pending" in out
-        assert f"exit 2: {MEANING[Outcome.TREES_FAILED]}" in err
+        assert f"exit 2: {MEANING[ExitCode.TREES_FAILED]}" in err
 
     def test_errors_are_shown_live_in_the_progress_lines_and_exit_3(self, troubled) -> None:
         metrics = self.metrics(odd={"errors": 25, "last_error": "ValueError: odd number 49"})
         outcome, out, err = self.run(troubled, metrics)
-        assert outcome == Outcome.COMPONENTS_RAISED
+        assert outcome == ExitCode.COMPONENTS_RAISED
         progress = out[: out.index("summary after")]
         assert "  odd: 25 error(s), the last: ValueError: odd number 49" in progress
-        assert f"exit 3: {MEANING[Outcome.COMPONENTS_RAISED]}" in err
+        assert f"exit 3: {MEANING[ExitCode.COMPONENTS_RAISED]}" in err
 
     def test_errors_are_shown_live_under_the_table(self, troubled) -> None:
         metrics = self.metrics(odd={"errors": 25, "last_error": "ValueError: odd number 49"})
@@ -486,7 +486,7 @@ class TestOwnLocalRay:
 
     def test_run_starts_its_own_ray_quietly_and_reports_what_went_wrong(self, topology_file) -> None:
         result = rayflow("run", str(topology_file(TROUBLED)), "--duration", "60", env=self.BOGUS, timeout=START_TIMEOUT)
-        assert result.returncode == Outcome.COMPONENTS_RAISED, result.stderr
+        assert result.returncode == ExitCode.COMPONENTS_RAISED, result.stderr
         assert "starting a local Ray (" in result.stderr and "Ray started in" in result.stderr
         assert "topology started in" in result.stderr
         assert not RAY_LOG_LINE.search(result.stderr), result.stderr

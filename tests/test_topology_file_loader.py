@@ -179,7 +179,7 @@ class TestLoadSpec:
     def test_schema_describes_the_format(self) -> None:
         schema = TopologySpec.model_json_schema(by_alias=True)
         assert {"name", "spouts", "bolts", "streams", "config", "includes"} <= set(schema["properties"])
-        component = schema["$defs"]["ComponentSpec"]
+        component = schema["$defs"]["ComponentEntry"]
         assert "class" in component["properties"] and component["additionalProperties"] is False
         assert "topology.message.timeout.secs" in schema["properties"]["config"]["properties"]
         assert "topology.tick.tuple.freq.secs" in component["properties"]["config"]["properties"]

@@ -16,7 +16,7 @@ rayflow``); the rest of the command lives beside it, each concept in its own mod
 * ``arguments``: the arguments they share (FILE, ``--set``, ``--properties``) and loading a file;
 * ``ray_connection``: a local Ray, or the cluster at ``--address`` (token authentication checks);
 * ``monitor``: ``run``'s live table or progress lines, its clean stop and its summary;
-* ``exit_codes``: ``run``'s exit codes (``Outcome``), what each means and which one a run earns;
+* ``exit_codes``: ``run``'s exit codes (``ExitCode``), what each means and which one a run earns;
 * ``progress``: the spinner or progress lines while something slow starts;
 * ``console``: ``out`` and ``err``, where all of it is written.
 """
@@ -31,10 +31,10 @@ from typing import Annotated
 import typer
 
 from . import commands, console
-from .exit_codes import MEANING, Outcome
+from .exit_codes import MEANING, ExitCode
 from .monitor import flow_order
 
-__all__ = ["MEANING", "Outcome", "app", "flow_order", "main"]
+__all__ = ["MEANING", "ExitCode", "app", "flow_order", "main"]
 
 app = typer.Typer(
     name="rayflow",

@@ -18,7 +18,7 @@ from .._errors import RayflowError
 from ..topology_file import SpecError, TopologySpec, load_topology
 from . import console
 from .arguments import FileArg, PropertiesOpt, SetOpt, load, placeholders, report
-from .exit_codes import MEANING, Outcome
+from .exit_codes import MEANING, ExitCode
 from .monitor import Monitor
 from .progress import progress
 from .ray_connection import ray_connection
@@ -145,7 +145,7 @@ def run(
                 handle = submit_topology(loaded.name, loaded.config, loaded.topology, active=not inactive)
         except Exception as exc:  # a RayflowError, or Ray failing to place or start the actors
             console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
-            raise typer.Exit(Outcome.NOT_STARTED) from None
+            raise typer.Exit(ExitCode.NOT_STARTED) from None
         outcome = Monitor(handle, loaded, duration).run()
     raise typer.Exit(outcome)
 

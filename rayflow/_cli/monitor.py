@@ -1,6 +1,6 @@
 """``rayflow run``'s live monitor: the table (or, without a terminal, a progress line) refreshed
 every second, the errors of the components that raised, the clean stop, and the summary with
-its verdict (an ``Outcome``, the exit code)."""
+its verdict (an ``ExitCode``, the exit code)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rich.text import Text
 from .._topology import Topology
 from ..topology_file import LoadedTopology
 from . import console
-from .exit_codes import MEANING, Metrics, Outcome, outcome_of
+from .exit_codes import MEANING, ExitCode, Metrics, exit_code_of
 
 if TYPE_CHECKING:
     from .._runtime import TopologyHandle
@@ -42,7 +42,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 class Monitor:
     """Polls ``handle.metrics()`` once a second and shows it, until the duration is up, Ctrl-C,
     or every spout is done; then stops the topology cleanly, prints the summary and tells
-    the ``Outcome``."""
+    the ``ExitCode``."""
 
     def __init__(self, handle: TopologyHandle, loaded: LoadedTopology, duration: float | None) -> None:
         self.handle = handle
@@ -53,7 +53,7 @@ class Monitor:
         self.live = console.out.is_terminal
         self.shown_errors: dict[str, tuple[int, str]] = {}
 
-    def run(self) -> Outcome:
+    def run(self) -> ExitCode:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
         started = time.monotonic()
         try:
@@ -171,7 +171,7 @@ class Monitor:
         table.caption_justify = "left"
         return table
 
-    def _summary(self, metrics: Metrics, elapsed: float, reason: str) -> Outcome:
+    def _summary(self, metrics: Metrics, elapsed: float, reason: str) -> ExitCode:
         out, err = console.out, console.err
         averages = {cid: _count(metrics[cid], cid in self.spouts) / max(elapsed, 1e-9) for cid in metrics}
         out.print(self._table(metrics, averages, f"{self.name}: summary after {elapsed:.1f}s ({reason})"))
@@ -179,8 +179,8 @@ class Monitor:
             out.print(_spout_verdict(s, metrics[s]), markup=False, soft_wrap=True)
         for _, line in self._error_lines(metrics).values():
             err.print(line, markup=False, soft_wrap=True)
-        outcome = outcome_of(metrics, self.spouts, self.spouts + self.bolts)
-        if outcome != Outcome.ACKED:
+        outcome = exit_code_of(metrics, self.spouts, self.spouts + self.bolts)
+        if outcome != ExitCode.ACKED:
             err.print(f"exit {int(outcome)}: {MEANING[outcome]}", markup=False, soft_wrap=True)
         return outcome
 

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 
 from . import console
-from .exit_codes import Outcome
+from .exit_codes import ExitCode
 from .progress import progress
 
 __all__ = ["JOIN_PROBE_SECS", "join_problem", "ray_connection"]
@@ -35,9 +35,9 @@ def ray_connection(address: str | None) -> Iterator[None]:
     lines stay quiet either way."""
     import ray
 
-    from .._runtime.cluster import local_ray_options
+    from .._runtime.cluster import local_ray_options, no_usage_stats
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    no_usage_stats()
     if address is None or address == "local":
         kwargs = local_ray_options()
         steps = (
@@ -49,7 +49,7 @@ def ray_connection(address: str | None) -> Iterator[None]:
         problem = join_problem(address)
         if problem is not None:
             console.err.print(f"cannot join the Ray cluster at {address}: {problem}", markup=False, soft_wrap=True)
-            raise typer.Exit(Outcome.NOT_STARTED)
+            raise typer.Exit(ExitCode.NOT_STARTED)
         kwargs = {"address": address, "log_to_driver": False, "logging_level": logging.ERROR}
         steps = (f"joining the Ray cluster at {address}", "waiting for its GCS to accept this driver", "joined")
     try:
@@ -58,7 +58,7 @@ def ray_connection(address: str | None) -> Iterator[None]:
     except Exception as exc:
         where = "a local Ray" if kwargs.get("address") == "local" else f"the Ray cluster at {address}"
         console.err.print(f"cannot start {where}: {type(exc).__name__}: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(Outcome.NOT_STARTED) from None
+        raise typer.Exit(ExitCode.NOT_STARTED) from None
     try:
         yield
     finally:

@@ -4,11 +4,10 @@ acks and fails into acker traffic. User exceptions fail the input; the task keep
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._anchoring import ID_TYPECODE, anchor, getrandbits, new_id, tree_acks
+from .._anchoring import anchor, getrandbits, new_id, tree_acks
 from .._collectors import OutputCollector
 from .._components import BasicBolt, Bolt
 from .._errors import FailedException
@@ -216,8 +215,29 @@ class BoltExecutor(Emitter):
         return failed
 
     def tick(self, freq_secs: float) -> None:
-        """Deliver a tick tuple (untracked; acking or failing it is harmless)."""
-        self.receive((_TICK_SOURCE, [freq_secs], array(ID_TYPECODE, [0, 0]), [TICK_STREAM], [1], []))
+        """Deliver a tick tuple. Ticks are system tuples: untracked (acking or failing one is
+        harmless and counts nothing), kept out of the counters a user reads (``executed``,
+        ``acked``, ``failed``) and out of the latency samples (a bolt that holds its ticks, as
+        ``DataFrameSink`` does, would otherwise fill the sample slots for good). A tick that
+        raises is reported like any execute."""
+        tup = Tuple([freq_secs], self._sources[_TICK_SOURCE][TICK_STREAM])
+        tup._tree = None  # settled from the start: ack and fail return at once
+        basic = self._basic
+        try:
+            if basic is not None:
+                self._input_collector.input = tup
+                basic.execute(tup, self._input_collector)
+            else:
+                self.bolt.execute(tup)
+        except FailedException:
+            pass
+        except Exception as exc:
+            self.report_error(exc, f"execute raised on {tup!r}")
+        finally:
+            if basic is not None:
+                self._input_collector.input = None
+        if self.flush_after_receive:
+            self.outbox.flush_data()
 
     # -- output -------------------------------------------------------------------------------
     def emit_input(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:

@@ -139,8 +139,9 @@ class SpoutExecutor(Emitter):
         """A spout that spent its pending budget is saturated: what it emits as acks free the
         budget goes out together at the next flush anyway. So each such fill goes to one target
         of a shuffle, the next in the round (``ShuffleGrouping.next_run``): one frame per fill
-        instead of one per target, and downstream of it the same. (Per tuple, 2 x 2 tasks made
-        twice the frames of 1 x 1 and 4 x 4 six times, at ~0.35 ms of CPU each on 2 cores.)
+        instead of one per target, and downstream of it the same. (Spread one by one, more
+        tasks made more frames per tuple, and each frame costs CPU, mostly waking its receiver;
+        ``docs/performance.md`` has the figures.)
         Once ``next_tuple`` has nothing to emit, the spout keeps up with its source, and a
         shuffle spreads its tuples one by one again."""
         for grouping in self._shuffles:

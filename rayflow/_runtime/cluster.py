@@ -21,7 +21,7 @@ from .handle import TopologyHandle
 from .supervisor import Supervisor
 from .task_actor import TaskActor
 
-__all__ = ["LocalCluster", "local_ray_options", "submit_topology"]
+__all__ = ["LocalCluster", "local_ray_options", "no_usage_stats", "submit_topology"]
 
 logger = logging.getLogger("rayflow")
 
@@ -140,6 +140,12 @@ def submit_topology(
     return handle
 
 
+def no_usage_stats() -> None:
+    """Ray asks to send usage statistics unless told not to; rayflow starts and joins Ray for a
+    user who never chose to, so it says no (a user's own ``RAY_USAGE_STATS_ENABLED`` wins)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
     """``ray.init`` settings that start a new local Ray sized for a small machine.
 
@@ -150,7 +156,7 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
     Quiet: Ray's own INFO and WARNING lines ("Started a local Ray instance", the token
     authentication notice) are not printed (``logging_level``), nor are the workers' logs
     (``log_to_driver``); errors still are."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    no_usage_stats()
     return {
         "address": "local",
         "num_cpus": num_cpus or os.cpu_count() or 2,

@@ -1,10 +1,11 @@
 """Direct streams between task actors: how data and acker traffic travel on Ray.
 
 Ray places, connects and supervises the task actors, but tuples do not travel as actor calls:
-on a small machine a call costs 0.7-0.9 ms of CPU on each side (``benchmarks/actor_cpu.py``),
-which made Ray's call machinery, not the executors, most of what a word cost. Instead every
+an actor call costs far more CPU on each side than a frame on a socket (``benchmarks/actor_cpu.py``
+measures it; ``docs/performance.md`` has the figures), which made Ray's call machinery, not the
+executors, most of what a word cost. Instead every
 task listens on a TCP port of its node, and a sender keeps one stream per destination and
-channel (data, or acker traffic). A frame on a stream costs tens of microseconds.
+channel (data, or acker traffic).
 
 The protocol of a stream, sender -> listener:
 
@@ -36,6 +37,8 @@ import os
 import struct
 from collections.abc import Callable
 
+from .._errors import RayflowError
+
 __all__ = ["CONTROL", "DATA", "Address", "Deliver", "Listener", "StreamRefused", "data_credit_group", "open_stream"]
 
 logger = logging.getLogger("rayflow")
@@ -59,16 +62,18 @@ _OK = b"\x01"
 CONTROL_CREDITS = 16
 """Acker-traffic frames credited together (well under ``rayflow.max.inflight.batches``)."""
 DATA_CREDITS = 4
-"""At most this many data frames are credited together. On a 2-core box, grouping them by 4
-saved 4-5% of the CPU a word costs (six alternating runs of 1 x 1 and 2 x 2 word count)."""
+"""At most this many data frames are credited together: fewer credit frames, so fewer wake-ups
+of the sender, for the CPU a word costs (measured in ``docs/performance.md``, *Design figures*)."""
 CREDIT_DELAY_SECS = 0.02
 """A partial group of data credits is sent at most this late."""
 HANDSHAKE_SECS = 10.0
 """A stream that has not authenticated within this long is closed."""
 
 
-class StreamRefused(ConnectionError):
-    """The listener closed the stream during the handshake (a wrong secret, or it is closing)."""
+class StreamRefused(RayflowError, ConnectionError):
+    """The listener closed the stream during the handshake (a wrong secret, or it is closing).
+
+    A ``ConnectionError`` too, so the code that redials on a lost connection redials on this."""
 
 
 def data_credit_group(max_tuples: int, max_frames: int, batch_size: int) -> int:

@@ -47,7 +47,7 @@ SPOUT_BURST = 256
 """``next_tuple`` calls per turn of the spout loop before it yields to incoming calls."""
 SPOUT_IDLE_SECS = (0.001, 0.01)
 """The spout loop sleeps this long (first, at most: doubling) while ``next_tuple`` emits nothing.
-Waking costs ~50 us on a Ray actor, so an idle spout must not spin at the shortest sleep."""
+Every wake-up of a Ray actor costs CPU, so an idle spout must not spin at the shortest sleep."""
 SPOUT_BLOCKED_SECS = 0.05
 """With no pending budget left the loop waits for acker results (or this long, at most)."""
 GC_THRESHOLD = (50_000, 20, 100)

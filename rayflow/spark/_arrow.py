@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .._errors import RayflowError
+from .._errors import ConfigError, RayflowError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,7 +50,7 @@ def parse_schema(schema: Mapping[str, Any] | pa.Schema | None) -> dict[str, pa.D
     if isinstance(schema, pa.Schema):
         return {f.name: f.type for f in schema}
     if not isinstance(schema, Mapping):
-        raise TypeError(f"schema must map field names to Arrow types, got {type(schema).__name__}")
+        raise ConfigError(f"schema must map field names to Arrow types, got {type(schema).__name__}")
     types = {}
     for name, given in schema.items():
         if isinstance(given, pa.DataType):
@@ -59,12 +59,12 @@ def parse_schema(schema: Mapping[str, Any] | pa.Schema | None) -> dict[str, pa.D
             try:
                 types[name] = pa.type_for_alias(given)
             except ValueError:
-                raise ValueError(
+                raise ConfigError(
                     f"schema: field {name!r}: unknown Arrow type {given!r} (e.g. int64, double, string, bool, "
                     "binary, date32, timestamp[us])"
                 ) from None
         else:
-            raise TypeError(f"schema: field {name!r}: expected an Arrow type or its name, got {given!r}")
+            raise ConfigError(f"schema: field {name!r}: expected an Arrow type or its name, got {given!r}")
     return types
 
 

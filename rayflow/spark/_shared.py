@@ -196,11 +196,8 @@ def settings_from_conf(conf: Mapping[str, Any]) -> SparkSettings:
     ``spark.executor.instances``, ``spark.executor.cores`` and ``spark.executor.memory`` size it
     (default 1, 1 and ``1g``); every other ``spark.*`` key is passed on to Spark as it is."""
     given = {key: value for key, value in conf.items() if isinstance(key, str) and key.startswith("spark.")}
-    try:
-        executors = _positive_int(given.pop("spark.executor.instances", DEFAULT_SETTINGS.executors), "instances")
-        cores = _positive_int(given.pop("spark.executor.cores", DEFAULT_SETTINGS.cores), "cores")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    executors = _positive_int(given.pop("spark.executor.instances", DEFAULT_SETTINGS.executors), "instances")
+    cores = _positive_int(given.pop("spark.executor.cores", DEFAULT_SETTINGS.cores), "cores")
     memory = str(given.pop("spark.executor.memory", DEFAULT_SETTINGS.memory))
     configs = {key: str(value) for key, value in given.items()}
     return dataclasses.replace(DEFAULT_SETTINGS, executors=executors, cores=cores, memory=memory, configs=configs)
@@ -210,5 +207,5 @@ def _positive_int(value: Any, name: str) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"spark.executor.{name} must be an integer >= 1, got {value!r}")
+        raise ConfigError(f"spark.executor.{name} must be an integer >= 1, got {value!r}")
     return value

@@ -11,7 +11,6 @@ the spouts' ``max_spout_pending`` bounds how many tuples that can be.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections import deque
@@ -21,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._components import Bolt
-from .._errors import RayflowError
-from ..topology_file._validation import did_you_mean
+from .._dotted import DottedPathError, resolve
+from .._errors import ConfigError, RayflowError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,27 +50,11 @@ class ForeachBatchError(RayflowError):
 
 def resolve_function(dotted: str) -> Callable[..., Any]:
     """The callable at ``package.module.function`` (or ``package.module.object``)."""
-    parts = dotted.split(".")
-    if len(parts) < 2 or not all(part.isidentifier() for part in parts):
-        raise ValueError(f"{dotted!r} is not a dotted import path like 'package.module.function'")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
-        except ModuleNotFoundError as exc:
-            if exc.name and ".".join(parts[:split]).startswith(exc.name):
-                continue
-            raise
-        for name in parts[split:]:
-            if not hasattr(obj, name):
-                public = [n for n in dir(obj) if not n.startswith("_")]
-                owner = getattr(obj, "__name__", type(obj).__name__)
-                raise ValueError(f"cannot import {dotted}: no {name!r} in {owner!r}{did_you_mean(name, public)}")
-            obj = getattr(obj, name)
-        if not callable(obj):
-            raise ValueError(f"{dotted} is a {type(obj).__name__}, not a function")
-        function: Callable[..., Any] = obj
-        return function
-    raise ValueError(f"cannot import {dotted}: no module {parts[0]!r}")
+    obj = resolve(dotted, "package.module.function")
+    if not callable(obj):
+        raise DottedPathError(f"{dotted} is a {type(obj).__name__}, not a function")
+    function: Callable[..., Any] = obj
+    return function
 
 
 @dataclass
@@ -163,11 +146,13 @@ class DataFrameSink(Bolt):
         if isinstance(foreach_batch, str):
             resolve_function(foreach_batch)  # fail now, not in the first batch
         elif not callable(foreach_batch):
-            raise TypeError(f"foreach_batch must be a function or its dotted path, got {foreach_batch!r}")
+            raise ConfigError(
+                f"DataFrameSink: foreach_batch must be a function or its dotted path, got {foreach_batch!r}"
+            )
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise ValueError(f"batch_rows must be an integer >= 1, got {batch_rows!r}")
+            raise ConfigError(f"DataFrameSink: batch_rows must be an integer >= 1, got {batch_rows!r}")
         if isinstance(batch_secs, bool) or not isinstance(batch_secs, (int, float)) or batch_secs <= 0:
-            raise ValueError(f"batch_secs must be a number of seconds > 0, got {batch_secs!r}")
+            raise ConfigError(f"DataFrameSink: batch_secs must be a number of seconds > 0, got {batch_secs!r}")
         from ._arrow import parse_schema
 
         self.foreach_batch = foreach_batch

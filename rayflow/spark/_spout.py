@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .._components import OutputFieldsDeclarer, Spout
+from .._errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pds
@@ -87,10 +88,12 @@ class DataFrameSpout(Spout):
         if fields is None:
             fields = columns
         elif isinstance(fields, str) or not all(isinstance(name, str) for name in fields):
-            raise TypeError(f"fields must be a list of column names, got {fields!r}")
+            raise ConfigError(f"DataFrameSpout: fields must be a list of column names, got {fields!r}")
         unknown = [name for name in fields if name not in columns]
         if unknown:
-            raise ValueError(f"fields {unknown} are not columns of the source (its columns: {columns})")
+            raise ConfigError(
+                f"DataFrameSpout: fields {unknown} are not columns of the source (its columns: {columns})"
+            )
         self.fields = list(fields)
         self.total_rows = sum(part.rows for part in self._parts)
 
@@ -155,7 +158,7 @@ def _parts_of(source: Any) -> tuple[list[_Part], list[str]]:
 
     if isinstance(source, ray.data.Dataset):
         return _dataset_parts(source)
-    raise TypeError(
+    raise ConfigError(
         f"DataFrameSpout reads a Spark DataFrame, a ray.data.Dataset or a Parquet path, not {type(source).__name__}"
     )
 

@@ -133,7 +133,7 @@ class InProcessTopology:
         found: list[Any] = []
         for executor in self.tasks(component_id):
             component = getattr(executor, "spout", None) or executor.bolt  # type: ignore[attr-defined]
-            found.append(getattr(component, "basic", component))  # a BasicBolt runs inside an adapter
+            found.append(getattr(component, "user_component", component))  # an adapter holds the user's object
         return found
 
     def emitted(self, component: str, stream: str = DEFAULT_STREAM) -> list[list[Any]]:

@@ -18,11 +18,11 @@ How the package stacks, bottom up:
 
 from ._errors import Problem, SpecError
 from ._loader import LoadedTopology, load_spec, load_topology
-from ._models import ComponentSpec, GroupingSpec, IncludeSpec, StreamSpec, TopologySpec
+from ._models import ComponentEntry, GroupingSpec, IncludeSpec, StreamSpec, TopologySpec
 from ._substitution import read_properties
 
 __all__ = [
-    "ComponentSpec",
+    "ComponentEntry",
     "GroupingSpec",
     "IncludeSpec",
     "LoadedTopology",

@@ -15,17 +15,16 @@ from pydantic import BaseModel, ValidationError
 
 from .._components import BasicBolt, Bolt, Spout
 from .._errors import TopologyError
+from .._suggest import did_you_mean
 from .._topology import BoltDeclarer, Topology, TopologyBuilder
 from ._classes import ClassProblem, construct, import_class
 from ._document import Node
 from ._errors import Problem
-from ._models import KEYED_GROUPINGS, ComponentSpec, StreamSpec
-from ._validation import did_you_mean
+from ._models import KEYED_GROUPINGS, SECTIONS, ComponentEntry, StreamSpec
 
 __all__ = ["build_topology"]
 
 S = TypeVar("S", bound=BaseModel)
-SECTIONS = ("spouts", "bolts")
 
 
 def build_topology(tree: Node, sound: bool) -> tuple[Topology | None, list[Problem]]:
@@ -42,7 +41,7 @@ class _Assembly:
         self.problems: list[Problem] = []
         self.sections: dict[str, str] = {}
         self.first_use: dict[str, Node] = {}
-        self.components: dict[str, tuple[str, ComponentSpec, Node]] = {}
+        self.components: dict[str, tuple[str, ComponentEntry, Node]] = {}
         self.streams = _valid_entries(tree, "streams", StreamSpec)
         self.instances: dict[str, Any] = {}
         self.groupings: dict[int, Any] = {}
@@ -80,7 +79,7 @@ class _Assembly:
         except ClassProblem as exc:
             self.problems.append(class_node.problem(str(exc)))
             return
-        spec = _validate_quietly(ComponentSpec, node)
+        spec = _validate_quietly(ComponentEntry, node)
         if spec is None or cid is None or node.reported_within():
             return
         try:

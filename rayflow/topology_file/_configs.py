@@ -10,11 +10,10 @@ from __future__ import annotations
 from .._config import Config, ConfigProblem
 from ._document import Node
 from ._errors import Problem
+from ._models import SECTIONS
 from ._validation import describe_error
 
 __all__ = ["config_problems"]
-
-SECTIONS = ("spouts", "bolts")
 
 
 def config_problems(tree: Node) -> list[Problem]:

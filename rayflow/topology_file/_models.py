@@ -22,7 +22,7 @@ from .._config import Config
 
 __all__ = [
     "GROUPING_TYPES",
-    "ComponentSpec",
+    "ComponentEntry",
     "ConfigMapping",
     "GroupingSpec",
     "IncludeSpec",
@@ -35,6 +35,8 @@ GroupingType = Literal[
 ]
 GROUPING_TYPES: tuple[str, ...] = get_args(GroupingType)
 KEYED_GROUPINGS = ("fields", "partial_key")
+SECTIONS = ("spouts", "bolts")
+"""The top-level keys that list components, spouts first (the order they are checked in)."""
 
 
 ConfigMapping = Annotated[
@@ -57,7 +59,7 @@ class IncludeSpec(_Spec):
     override: bool = Field(False, description="true: the included file's values win over this file's")
 
 
-class ComponentSpec(_Spec):
+class ComponentEntry(_Spec):
     """A spout or a bolt: built as ``class(*args, **kwargs)``, run by ``parallelism`` tasks."""
 
     id: str = Field(min_length=1)
@@ -125,6 +127,6 @@ class TopologySpec(_Spec):
         default_factory=list, description="files merged into this one before validation (a string is {file: ...})"
     )
     config: ConfigMapping = Field(default_factory=dict, description="rayflow.Config; Storm's keys accepted")
-    spouts: list[ComponentSpec] = Field(min_length=1)
-    bolts: list[ComponentSpec] = Field(default_factory=list)
+    spouts: list[ComponentEntry] = Field(min_length=1)
+    bolts: list[ComponentEntry] = Field(default_factory=list)
     streams: list[StreamSpec] = Field(default_factory=list)

@@ -6,19 +6,19 @@ shortened (``must be >= 1``), and an unknown key or value gets a "did you mean" 
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from .._suggest import did_you_mean
 from ._document import Node
 from ._errors import Problem
 
-__all__ = ["describe_error", "did_you_mean", "validate_node"]
+__all__ = ["describe_error", "validate_node"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -43,12 +43,6 @@ _WANTED = {
     "model_type": _MAPPING,
     "model_attributes_type": _MAPPING,
 }
-
-
-def did_you_mean(word: Any, choices: Iterable[str], cutoff: float = 0.6) -> str:
-    """`` (did you mean 'x'?)`` when a choice is close to ``word``, else an empty string."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=cutoff)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def validate_node(model: type[M], node: Node) -> tuple[M | None, list[Problem]]:

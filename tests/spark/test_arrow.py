@@ -9,6 +9,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from rayflow import ConfigError  # noqa: E402
 from rayflow.spark._arrow import SchemaMismatchError, TableBuilder, parse_schema  # noqa: E402
 
 
@@ -89,5 +90,5 @@ class TestDeclaredSchema:
         assert parse_schema(pa.schema([("n", pa.int32())])) == {"n": pa.int32()}
 
     def test_an_unknown_type_name_is_a_clear_error(self) -> None:
-        with pytest.raises(ValueError, match="field 'n': unknown Arrow type 'int65'"):
+        with pytest.raises(ConfigError, match="field 'n': unknown Arrow type 'int65'"):
             parse_schema({"n": "int65"})

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+from rayflow import ConfigError  # noqa: E402
 from rayflow.spark import DataFrameSink, ForeachBatchError, SchemaMismatchError  # noqa: E402
 from rayflow.spark import _shared as shared_module  # noqa: E402
 from rayflow.spark import _sink as sink_module  # noqa: E402
@@ -229,9 +230,9 @@ class TestDataFrameSink:
 class TestConstruction:
     def test_a_dotted_path_is_checked_when_the_sink_is_built(self) -> None:
         assert DataFrameSink("rayflow.spark.write_parquet").foreach_batch == "rayflow.spark.write_parquet"
-        with pytest.raises(ValueError, match="no 'nope' in 'rayflow.spark'"):
+        with pytest.raises(ConfigError, match="no 'nope' in rayflow.spark"):
             DataFrameSink("rayflow.spark.nope")
-        with pytest.raises(ValueError, match="not a dotted import path"):
+        with pytest.raises(ConfigError, match="not a dotted import path"):
             DataFrameSink("write")
 
     @pytest.mark.parametrize(
@@ -239,5 +240,5 @@ class TestConstruction:
         [({"batch_rows": 0}, "batch_rows must be an integer >= 1"), ({"batch_secs": 0}, "batch_secs must be")],
     )
     def test_bad_sizes_are_rejected(self, kwargs: dict[str, Any], message: str) -> None:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ConfigError, match=message):
             DataFrameSink(write, **kwargs)

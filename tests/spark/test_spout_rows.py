@@ -11,7 +11,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from rayflow import OutputFieldsDeclarer  # noqa: E402
+from rayflow import ConfigError, OutputFieldsDeclarer  # noqa: E402
 from rayflow.spark import DataFrameSpout  # noqa: E402
 
 
@@ -93,9 +93,9 @@ class TestDataFrameSpout:
         assert collector.emitted == [(5, ["w5", 5])] and collector.exhausted_calls == 2
 
     def test_unknown_fields_are_a_clear_error(self, parquet: Path) -> None:
-        with pytest.raises(ValueError, match=r"fields \['count'\] are not columns of the source"):
+        with pytest.raises(ConfigError, match=r"DataFrameSpout: fields \['count'\] are not columns of the source"):
             DataFrameSpout(parquet, fields=["id", "count"])
 
     def test_a_source_of_another_kind_is_a_clear_error(self) -> None:
-        with pytest.raises(TypeError, match="reads a Spark DataFrame, a ray.data.Dataset or a Parquet path"):
+        with pytest.raises(ConfigError, match="reads a Spark DataFrame, a ray.data.Dataset or a Parquet path"):
             DataFrameSpout([1, 2, 3])

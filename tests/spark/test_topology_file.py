@@ -66,7 +66,7 @@ class TestTopologyFile:
             load_topology(topology_file, {"source": str(source), "foreach_batch": "tests.spark.helpers.record_rowz"})
         [problem] = raised.value.problems
         assert problem.path == "bolts[0].kwargs"
-        assert "no 'record_rowz' in 'tests.spark.helpers' (did you mean 'record_rows'?)" in problem.message
+        assert "no 'record_rowz' in tests.spark.helpers (did you mean 'record_rows'?)" in problem.message
 
     def test_a_missing_parquet_source_is_reported(self, topology_file: Path, tmp_path: Path) -> None:
         with pytest.raises(SpecError) as raised:
