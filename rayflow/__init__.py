@@ -7,7 +7,8 @@ How the package stacks, bottom up:
                               _collectors, _metrics, _executors/
     on Ray                    _runtime/ (one actor per task around an executor)
     public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
-                              topologies), connectors (brokers), spark (DataFrames)
+                              topologies), connectors (brokers), spark (DataFrames), state
+                              (state providers; _state/ has the checkpoint protocol)
 
 Implementation modules are private (a leading underscore); every public name is re-exported here
 or by a public subpackage, and ``tests/test_exported_members.py`` pins the surface both ways.
@@ -20,11 +21,12 @@ without Ray.
 from typing import TYPE_CHECKING, Any
 
 from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout
+from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
 from ._config import Config
 from ._context import TopologyContext
-from ._errors import ConfigError, EmitError, FailedException, RayflowError, TopologyError
+from ._errors import ConfigError, EmitError, FailedException, RayflowError, StateError, TopologyError
 from ._groupings import CustomStreamGrouping, StreamId
+from ._state.key_value import KeyValueState
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
 from ._tuple import Tuple
 
@@ -59,6 +61,7 @@ __all__ = [
     "CustomStreamGrouping",
     "EmitError",
     "FailedException",
+    "KeyValueState",
     "LocalCluster",
     "OutputCollector",
     "OutputFieldsDeclarer",
@@ -66,6 +69,8 @@ __all__ = [
     "SpecError",
     "Spout",
     "SpoutOutputCollector",
+    "StateError",
+    "StatefulBolt",
     "StreamId",
     "Topology",
     "TopologyBuilder",

@@ -16,9 +16,10 @@ from ._tuple import DEFAULT_STREAM
 if TYPE_CHECKING:
     from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
     from ._context import TopologyContext
+    from ._state.key_value import KeyValueState
     from ._tuple import Tuple
 
-__all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StreamDeclaration"]
+__all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StatefulBolt", "StreamDeclaration"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,31 @@ class Bolt(_Component):
 
     def cleanup(self) -> None:
         pass
+
+
+class StatefulBolt(Bolt):
+    """A bolt whose state survives restarts (Storm's ``IStatefulBolt``).
+
+    ``init_state`` hands it a ``KeyValueState`` -- empty the first time, the last committed
+    state after a restart -- before its first ``execute``. Its acks take effect when the
+    checkpoint after them commits, so an input is replayed unless the state that counted it
+    was committed (at-least-once *state*). Every emit must be anchored: an unanchored one raises
+    ``EmitError`` at the call, since it would survive a rollback that replays its input.
+
+    Ack each input in ``execute``: an input acked later than a rollback that came after its
+    execute is acked into a state that no longer holds its update."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        """Keep ``state``: the bolt's state from now on (the same object across rollbacks)."""
+
+    def pre_prepare(self, txid: int) -> None:
+        """Called before the state's changes are staged for transaction ``txid``."""
+
+    def pre_commit(self, txid: int) -> None:
+        """Called before transaction ``txid`` commits."""
+
+    def pre_rollback(self) -> None:
+        """Called before the state goes back to its last committed contents."""
 
 
 class BasicBolt(_Component):

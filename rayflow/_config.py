@@ -60,6 +60,15 @@ class Config(BaseModel):
     debug: bool = Field(False, alias="topology.debug")
     tick_tuple_freq_secs: float | None = Field(None, gt=0, alias="topology.tick.tuple.freq.secs")
     """Deliver a tick tuple this often to every bolt it applies to (usually set per component)."""
+    state_provider: str = Field("sqlite", min_length=1, alias="topology.state.provider")
+    """Where stateful bolts keep their committed state: ``"memory"`` (lost with its task; the
+    in-process runner's default), ``"sqlite"`` (a file on the task's node, no server),
+    ``"redis"``, or the dotted path of a ``rayflow.state.StateProvider`` subclass."""
+    state_provider_config: dict[str, Any] = Field(default_factory=dict, alias="topology.state.provider.config")
+    """The provider's settings, e.g. ``{"url": "redis://127.0.0.1:6379/0"}`` or ``{"dir": "/data/state"}``."""
+    checkpoint_interval_ms: float = Field(1000.0, gt=0, alias="topology.state.checkpoint.interval.ms")
+    """How often stateful bolts commit their state. A spout at half its pending budget asks for
+    a checkpoint sooner: a stateful bolt's acks wait for the commit, and so do the spout's trees."""
     max_task_restarts: int = Field(-1, ge=-1, alias="rayflow.task.max.restarts")
     """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
 

@@ -3,7 +3,8 @@
 RayflowError                 base of everything rayflow raises on purpose
 ├── TopologyError            the topology graph is invalid (lists every problem)
 ├── ConfigError              a configuration value is invalid
-└── EmitError                a component emitted something its declaration forbids
+├── EmitError                a component emitted something its declaration forbids
+└── StateError               a state store cannot be reached or refused a write
 
 FailedException              raised by user code in a BasicBolt to fail the input tuple;
                              not a RayflowError because it is a signal, not a fault
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["ConfigError", "EmitError", "FailedException", "RayflowError", "TopologyError"]
+__all__ = ["ConfigError", "EmitError", "FailedException", "RayflowError", "StateError", "TopologyError"]
 
 
 class RayflowError(Exception):
@@ -35,6 +36,10 @@ class ConfigError(RayflowError):
 
 class EmitError(RayflowError):
     """An emit that the component's declared outputs do not allow (raised at the call)."""
+
+
+class StateError(RayflowError):
+    """A state store cannot be reached or refused a write (the message names the store)."""
 
 
 class FailedException(Exception):

@@ -81,6 +81,9 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
     return {"mean": sum(s["total"] for s in samples) / count * 1000.0, "p50": pct(0.50), "p99": pct(0.99)}
 
 
+STATEFUL_COUNTERS = ("checkpoints", "rollbacks")
+"""Commits and rollbacks of a stateful bolt's state."""
+
 LATENCIES = {"spout": ("complete_latency_ms",), "bolt": ("process_latency_ms", "execute_latency_ms")}
 
 
@@ -91,6 +94,9 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     out["tasks"] = len(snapshots)
     for name in ("calls_in", "calls_out"):
         out[name] = sum(s.get(name, 0) for s in snapshots)
+    for name in STATEFUL_COUNTERS:  # only a stateful bolt's tasks have them
+        if name in snapshots[0]:
+            out[name] = sum(s.get(name, 0) for s in snapshots)
     errors = [s["last_error"] for s in snapshots if s["last_error"]]
     out["last_error"] = errors[-1] if errors else None
     for name in LATENCIES.get(kind, ()):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StreamDeclaration
+from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulBolt, StreamDeclaration
 from ._config import Config
 from ._errors import ConfigError, TopologyError
 from ._groupings import (
@@ -24,6 +24,7 @@ from ._groupings import (
     PartialKeyGrouping,
     ShuffleGrouping,
 )
+from ._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, CheckpointSpout
 from ._tuple import DEFAULT_STREAM
 
 __all__ = ["ACKER_COMPONENT", "BoltDeclarer", "ComponentSpec", "Subscription", "Topology", "TopologyBuilder"]
@@ -67,6 +68,11 @@ class Topology:
     @property
     def bolts(self) -> list[ComponentSpec]:
         return [c for c in self.components.values() if not c.is_spout]
+
+    @property
+    def stateful(self) -> bool:
+        """Has a ``StatefulBolt``: checkpoints run (``create_topology`` adds their spout)."""
+        return any(isinstance(c.component, StatefulBolt) for c in self.components.values())
 
     def task_layout(self, ackers: int) -> dict[int, str]:
         """Task id -> component id: components sorted by id get consecutive ids from 1, as in
@@ -202,7 +208,30 @@ class TopologyBuilder:
             problems += _check_inputs(spec, checked)
         if problems:
             raise TopologyError(problems)
-        return Topology(specs)
+        topology = Topology(specs)
+        if topology.stateful:
+            _add_checkpointing(topology)
+        return topology
+
+
+def _add_checkpointing(topology: Topology) -> None:
+    """Give a topology with a stateful bolt the checkpoint spout, and every bolt the checkpoint
+    stream: out, and in from each component it reads (from the checkpoint spout where it reads
+    a spout), all-grouped (the protocol: ``_state/checkpoint.py``)."""
+    components = topology.components
+    spout = CheckpointSpout()
+    declarer = OutputFieldsDeclarer()
+    spout.declare_output_fields(declarer)
+    components[CHECKPOINT_COMPONENT] = ComponentSpec(CHECKPOINT_COMPONENT, spout, 1, {}, [], declarer.streams)
+    stream = declarer.streams[CHECKPOINT_STREAM]
+    for bolt in topology.bolts:
+        bolt.streams = {**bolt.streams, CHECKPOINT_STREAM: stream}
+        sources: list[str] = []
+        for sub in bolt.inputs:
+            source = CHECKPOINT_COMPONENT if components[sub.component].is_spout else sub.component
+            if source not in sources:
+                sources.append(source)
+        bolt.inputs = bolt.inputs + [Subscription(s, CHECKPOINT_STREAM, AllGrouping()) for s in sources]
 
 
 def _check_component(spec: ComponentSpec) -> list[str]:

@@ -35,6 +35,9 @@ CONTRACT = {
     "LocalCluster",
     "TopologyHandle",
     "submit_topology",
+    # state that survives restarts
+    "StatefulBolt",
+    "KeyValueState",
     # errors
     "RayflowError",
     "TopologyError",
@@ -42,6 +45,7 @@ CONTRACT = {
     "EmitError",
     "FailedException",
     "SpecError",
+    "StateError",
 }
 
 PUBLIC_MODULES = {
@@ -50,6 +54,7 @@ PUBLIC_MODULES = {
     "rayflow.connectors.rabbitmq",
     "rayflow.connectors.redis",
     "rayflow.spark",
+    "rayflow.state",
     "rayflow.testing",
     "rayflow.topology_file",
 }

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from .._config import Config
 from .._context import TopologyContext
+from .._state.checkpoint import CHECKPOINT_COMPONENT
 from .._topology import ACKER_COMPONENT, Topology
 from .acker import AckerExecutor
 from .base import Executor, Link, Observer, Timer
 from .bolt import BoltExecutor
+from .checkpoint_spout import CheckpointSpoutExecutor
 from .spout import SpoutExecutor
 
 __all__ = [
     "AckerExecutor",
     "BoltExecutor",
+    "CheckpointSpoutExecutor",
     "Executor",
     "Link",
     "Observer",
@@ -31,6 +34,8 @@ def make_executor(topology: Topology, conf: Config, context: TopologyContext, li
     cls: type[Executor]
     if component == ACKER_COMPONENT:
         cls = AckerExecutor
+    elif component == CHECKPOINT_COMPONENT:
+        cls = CheckpointSpoutExecutor
     elif topology.components[component].is_spout:
         cls = SpoutExecutor
     else:

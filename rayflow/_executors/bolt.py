@@ -9,12 +9,15 @@ from typing import Any
 
 from .._anchoring import anchor, getrandbits, new_id, tree_acks
 from .._collectors import OutputCollector
-from .._components import BasicBolt, Bolt
+from .._components import BasicBolt, Bolt, StatefulBolt
 from .._errors import FailedException
 from .._outbox import DataPayload
+from .._state.alignment import CheckpointAlignment
+from .._state.checkpoint import CHECKPOINT_STREAM
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
-from .base import Emitter, Timer
+from .base import Emitter, Timer, logger
 from .basic_bolt import BasicBoltAdapter
+from .stateful_bolt import NotInitialized, StatefulBoltAdapter
 
 __all__ = ["BoltExecutor"]
 
@@ -38,8 +41,14 @@ class BoltExecutor(Emitter):
             self._input_collector = self.bolt.basic_collector
             self._input_collector.emit = self.emit_input  # type: ignore[method-assign]
         else:
-            self.bolt = component  # type: ignore[assignment]
             self._basic = None
+            self.bolt = component  # type: ignore[assignment]
+        self._stateful: StatefulBoltAdapter | None = None
+        if isinstance(component, StatefulBolt):
+            self.bolt = self._stateful = StatefulBoltAdapter(component, self)
+        spec = self.topology.components[self.component_id]
+        upstream = [s.component for s in spec.inputs if s.stream == CHECKPOINT_STREAM]
+        self._alignment = CheckpointAlignment(sum(len(self.context.get_component_tasks(c)) for c in upstream))
         # source task -> {stream: TupleSource}, to rebuild tuples.
         self._sources: dict[int, dict[str, TupleSource]] = {
             _TICK_SOURCE: {TICK_STREAM: TupleSource(SYSTEM_COMPONENT, TICK_STREAM, _TICK_SOURCE, ["rate_secs"])}
@@ -87,12 +96,17 @@ class BoltExecutor(Emitter):
         failed = 0
         timed = self._timed if not basic and len(self._timed) < MAX_TIMED else None
         tree_values = iter(trees)
-        begin = 0
+        begin = system = 0
         for stream, end in zip(streams, ends, strict=True):
             source = sources[stream]
             column = values_column[begin:end]
             if len(source.fields) == 1:
                 column = [[v] for v in column]
+            if stream == CHECKPOINT_STREAM:
+                self._receive_checkpoints(column, tree_values, source, joined)
+                system += end - begin
+                begin = end
+                continue
             if basic:
                 failed += self._run_basic(column, tree_values, source, joined)
             else:
@@ -109,8 +123,8 @@ class BoltExecutor(Emitter):
         metrics = self.metrics
         if basic:
             self._input_collector.input = None
-            metrics.acked += begin - failed
-        metrics.executed += begin
+            metrics.acked += begin - system - failed
+        metrics.executed += begin - system
         metrics.busy_secs += perf() - batch_started
         # Data goes on at once (unless the driver sends it: ``flush_after_receive``); acker
         # traffic is sent by the runtime after a linger, so that one control frame carries the
@@ -213,6 +227,59 @@ class BoltExecutor(Emitter):
                 self.fail(tup)
                 failed += 1
         return failed
+
+    def execute_each(self, tuples: list[Tuple]) -> None:
+        """Execute tuples that were held back (a stateful bolt's, until its state was loaded)."""
+        execute = self.bolt.execute
+        for tup in tuples:
+            try:
+                execute(tup)
+            except Exception as exc:
+                if not isinstance(exc, FailedException):
+                    self.report_error(exc, f"execute raised on {tup!r}")
+                self.fail(tup)
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def _receive_checkpoints(
+        self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]
+    ) -> None:
+        """Checkpoint tuples (system tuples: in no user counter). Once one has come from every
+        upstream task, act on it (a stateful bolt's state), send it on anchored to them all and
+        ack them; if the action fails, fail them: the checkpoint spout rolls back."""
+        for values, root, val in zip(column, trees, trees, strict=False):
+            tup = Tuple(values, source, root if root or not val else joined[val - 1], val if root else 0)
+            ready, stale = self._alignment.add(tup)
+            for old in stale:
+                self.outbox.fail_tree(old._tree)
+            if ready:
+                self._checkpoint(ready)
+
+    def _checkpoint(self, tuples: list[Tuple]) -> None:
+        txid, action = tuples[0].values
+        if self._stateful is not None:
+            try:
+                self._stateful.checkpoint(action, txid)
+            except Exception as exc:
+                if isinstance(exc, NotInitialized):
+                    logger.info(
+                        "bolt %r task %d: %s: failing checkpoint %d", self.component_id, self.task_id, exc, txid
+                    )
+                else:
+                    self.report_error(exc, f"checkpoint {action} of transaction {txid} failed")
+                for tup in tuples:
+                    self.outbox.fail_tree(tup._tree)
+                return
+        emitted = self.metrics.emitted
+        self.emit(CHECKPOINT_STREAM, [txid, action], tuples, None)
+        self.metrics.emitted = emitted
+        for tup in tuples:
+            self._ack_trees(tup)
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        if self._stateful is not None:
+            snap.update(checkpoints=self._stateful.checkpoints, rollbacks=self._stateful.rollbacks)
+        return snap
 
     def tick(self, freq_secs: float) -> None:
         """Deliver a tick tuple. Ticks are system tuples: untracked (acking or failing one is

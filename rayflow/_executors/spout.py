@@ -13,6 +13,7 @@ from .._collectors import SpoutOutputCollector
 from .._components import Spout
 from .._outbox import SpoutPayload
 from .._rotating_map import RotatingMap
+from .._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_REQUEST
 from .base import Emitter, Timer
 
 __all__ = ["SpoutExecutor"]
@@ -55,6 +56,11 @@ class SpoutExecutor(Emitter):
         self._acked_at_emit: list[Any] = []
         self._complete = self.metrics.latency("complete_latency_ms")
         self._fail_with_reason = False
+        checkpointer = self.context.get_component_tasks(CHECKPOINT_COMPONENT) if self.topology.stateful else []
+        self._checkpointer = checkpointer[0] if checkpointer and self.max_pending else None
+        """The checkpoint spout's task, asked for a checkpoint when half the pending budget is
+        spent: trees through a stateful bolt complete only at a commit."""
+        self._asked = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> bool:
@@ -133,7 +139,16 @@ class SpoutExecutor(Emitter):
                 break
         if self._shuffles and (spent or idle):
             self._pace_shuffles(spent)
+        if self._checkpointer is not None and 2 * len(self.pending) >= self.max_pending:  # type: ignore[operator]
+            self._ask_for_checkpoint()
         return metrics.emitted - emitted_before
+
+    def _ask_for_checkpoint(self) -> None:
+        """Once per wave of results: a commit acks many trees at once, and until one arrives
+        the checkpoint spout has been asked already."""
+        if not self._asked:
+            self._asked = True
+            self._link.send_control(self._checkpointer, CHECKPOINT_REQUEST)  # type: ignore[arg-type]
 
     def _pace_shuffles(self, saturated: bool) -> None:
         """A spout that spent its pending budget is saturated: what it emits as acks free the
@@ -211,6 +226,7 @@ class SpoutExecutor(Emitter):
     def receive_control(self, payload: SpoutPayload) -> None:
         acked, failed, resets = payload
         pending = self.pending
+        self._asked = False
         if acked:
             self._acked(acked, pending.pop_each(acked))
         for root in failed:

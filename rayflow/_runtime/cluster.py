@@ -16,6 +16,7 @@ from ray import cloudpickle
 from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
+from .._state.validation import check_state_settings
 from .._topology import Topology
 from .handle import TopologyHandle
 from .supervisor import Supervisor
@@ -102,6 +103,7 @@ def submit_topology(
     config = Config.of(conf).merged({"topology.name": name})
     for advice in config.storm_settings_without_effect():
         logger.warning("topology %r: %s", name, advice)
+    check_state_settings(topology, config, reach=True)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)

@@ -1,0 +1,225 @@
+"""``StatefulBoltAdapter``: a ``StatefulBolt`` seen as a ``Bolt``, as Storm's ``StatefulBoltExecutor``.
+
+It owns what the checkpoint protocol asks of one stateful task (``_state/checkpoint.py``):
+
+- the state, loaded from the provider at INITSTATE; until then inputs are held, not executed
+  (a restarted task must not count into an empty state);
+- the user's acks, held per tree root (XORed, as the acker would sum them) until the commit that
+  makes the state holding their updates durable: ``held`` since the last PREPARE, ``prepared``
+  before it. A COMMIT acks ``prepared``; a ROLLBACK fails both, so their spouts replay them;
+- the checkpoint actions: stage the changes (PREPARE), commit (COMMIT), drop and reload
+  (ROLLBACK). An action that cannot be done raises, and the executor fails the checkpoint.
+
+The executor calls ``execute`` of this object for every data tuple; once initialized that is
+the user's own ``execute`` (an instance attribute set at INITSTATE: no call in between).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .._anchoring import tree_acks
+from .._collectors import OutputCollector
+from .._components import Bolt, OutputFieldsDeclarer, StatefulBolt
+from .._context import TopologyContext
+from .._errors import EmitError
+from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
+from .._state.key_value import KeyValueState
+from .._state.provider import StateError, StateProvider, open_provider
+from .._tuple import DEFAULT_STREAM, Tuple
+
+if TYPE_CHECKING:
+    from .bolt import BoltExecutor
+
+__all__ = ["NotInitialized", "StatefulBoltAdapter", "StatefulCollector"]
+
+logger = logging.getLogger("rayflow")
+
+
+class NotInitialized(StateError):
+    """A PREPARE reached a task whose state is not loaded yet: failing it forces a recovery."""
+
+
+class StatefulCollector(OutputCollector):
+    """The collector a ``StatefulBolt`` gets: emits must be anchored, acks are held."""
+
+    def __init__(self, task: BoltExecutor, adapter: StatefulBoltAdapter) -> None:
+        super().__init__(task)
+        self._adapter = adapter
+        self._component = task.component_id
+
+    def emit(
+        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
+    ) -> list[int]:
+        if not anchors:
+            raise self._unanchored(stream)
+        return self._task.emit(stream, values, anchors, None)
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: list[Any],
+        anchors: Tuple | list[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        if not anchors:
+            raise self._unanchored(stream)
+        self._task.emit(stream, values, anchors, task_id)
+
+    def _unanchored(self, stream: str) -> EmitError:
+        return EmitError(
+            f"stateful bolt {self._component!r}: emit on stream {stream!r} without anchors; a stateful "
+            "bolt's emits must be anchored to its input (anchors=tup), or a rollback that replays the "
+            "input would not take them back"
+        )
+
+    def ack(self, tup: Tuple) -> None:
+        self._adapter.hold(tup)
+
+
+class StatefulBoltAdapter(Bolt):
+    def __init__(self, user_component: StatefulBolt, task: BoltExecutor) -> None:
+        self.user_component = user_component
+        self._task = task
+        self.collector = StatefulCollector(task, self)
+        self.initialized = False
+        self.waiting: list[Tuple] = []
+        """Inputs that arrived before INITSTATE, executed once the state is loaded."""
+        self.held: dict[int, int] = {}
+        self.prepared: dict[int, int] = {}
+        self.state = KeyValueState()
+        self.provider: StateProvider | None = None
+        self.namespace = ""
+        self.checkpoints = 0
+        self.rollbacks = 0
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        self.user_component.declare_output_fields(declarer)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+        self.provider = open_provider(
+            conf["state_provider"], conf.get("state_provider_config"), str(conf.get("topology.name") or "topology")
+        )
+        self.user_component.prepare(conf, context, self.collector)
+
+    def cleanup(self) -> None:
+        try:
+            self.user_component.cleanup()
+        finally:
+            if self.provider is not None:
+                self.provider.close()
+
+    def execute(self, tup: Tuple) -> None:
+        self.waiting.append(tup)
+
+    # -- acks ---------------------------------------------------------------------------------
+    def hold(self, tup: Tuple) -> None:
+        """The user acked ``tup``: count it, and keep its acker value until the commit."""
+        tree = tup._tree
+        if tree is None:  # acked or failed already
+            return
+        held = self.held
+        if tree.__class__ is int:
+            if tree:
+                held[tree] = held.get(tree, 0) ^ tup._val
+        else:
+            for root, val in tree_acks(tup):
+                held[root] = held.get(root, 0) ^ val
+        tup._tree = None
+        task = self._task
+        task.metrics.acked += 1
+        if task._timed:
+            task._timed_out(tup)
+
+    def holding(self) -> int:
+        """Trees whose acks wait for a commit."""
+        return len(self.held) + len(self.prepared)
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint(self, action: str, txid: int) -> None:
+        """Do what checkpoint ``action`` asks of this task; raises if it cannot be done."""
+        provider = self.provider
+        if provider is None:
+            raise StateError("the state provider did not open (see the prepare error)")
+        if action == INITSTATE:
+            if not self.initialized:
+                self._initialize(provider)
+        elif action == PREPARE:
+            if not self.initialized:
+                raise NotInitialized(f"task {self._task.task_id} has not loaded its state yet")
+            self._hook("pre_prepare", txid)
+            changes = self.state.take_changes()
+            try:
+                provider.stage(self.namespace, txid, changes)
+            except BaseException:
+                self.state.changes = {**changes, **self.state.changes}  # staged at the next try
+                raise
+            _merge(self.prepared, self.held)
+            self.held = {}
+        elif action == COMMIT:
+            if self.initialized:
+                self._hook("pre_commit", txid)
+            provider.commit(self.namespace, txid)
+            if self.initialized:
+                ack = self._task.outbox.ack
+                for root, val in self.prepared.items():
+                    ack(root, val)
+                self.prepared = {}
+                self.checkpoints += 1
+        elif action == ROLLBACK:
+            if self.initialized:
+                self._hook("pre_rollback")
+            provider.rollback(self.namespace)
+            if self.initialized:
+                data, committed = provider.load(self.namespace)
+                self.state.reset(data)
+                fail = self._task.outbox.fail_tree
+                replayed = self.holding()
+                for tree in (*self.prepared, *self.held):
+                    fail(tree)
+                self.prepared, self.held = {}, {}
+                self.rollbacks += 1
+                logger.warning(
+                    "stateful bolt %r task %d: rolled back to transaction %d (%d keys); %d input tree(s) "
+                    "acked since are failed for replay",
+                    self._task.component_id,
+                    self._task.task_id,
+                    committed,
+                    len(data),
+                    replayed,
+                )
+
+    def _initialize(self, provider: StateProvider) -> None:
+        provider.rollback(self.namespace)  # what an unfinished transaction staged is void
+        data, committed = provider.load(self.namespace)
+        self.state = KeyValueState(data)
+        self.initialized = True
+        self.execute = self.user_component.execute  # type: ignore[method-assign]
+        logger.info(
+            "stateful bolt %r task %d: state loaded from %s: %d keys, committed at transaction %d",
+            self._task.component_id,
+            self._task.task_id,
+            provider.describe(),
+            len(data),
+            committed,
+        )
+        try:
+            self.user_component.init_state(self.state)
+        except Exception as exc:
+            self._task.report_error(exc, "init_state raised")
+        waiting, self.waiting = self.waiting, []
+        self._task.execute_each(waiting)
+
+    def _hook(self, name: str, *args: Any) -> None:
+        """A user hook: an error in it is reported, and the checkpoint goes on."""
+        try:
+            getattr(self.user_component, name)(*args)
+        except Exception as exc:
+            self._task.report_error(exc, f"{name} raised")
+
+
+def _merge(into: dict[int, int], acks: dict[int, int]) -> None:
+    for root, val in acks.items():
+        into[root] = into.get(root, 0) ^ val

@@ -1,0 +1,183 @@
+"""The checkpoint protocol: Storm's checkpoint spout and stream, spelled for rayflow.
+
+A topology with a stateful bolt gets (from ``create_topology``) one more spout, ``__checkpoint``,
+and every bolt one more input and output stream, ``__checkpoint`` (fields ``txid``, ``action``):
+a bolt subscribes to the checkpoint stream of each component it reads (of the checkpoint spout where it reads a spout)
+with an all grouping. Checkpoint tuples are tracked like data: each bolt, once it holds the
+tuple from every upstream task (``alignment.py``), acts on it, emits it on, anchored, and acks
+what it held. The checkpoint spout learns from the acker that every bolt has acted.
+
+The spout keeps its transaction state -- ``(txid, phase)`` -- in the state provider, and moves it
+one step per acked tuple:
+
+    COMMITTED(t)  --interval or request-->  PREPARE(t+1): every stateful bolt stages its changes
+    PREPARING(t)  --acked-->                COMMIT(t):    every stateful bolt commits, and acks
+                                                          the inputs it acked before the prepare
+    COMMITTING(t) --acked-->                COMMITTED(t)
+
+A PREPARE that fails or times out is answered by ROLLBACK: every stateful bolt drops what it
+staged, returns to its committed state and fails the inputs it acked since, so their spouts
+replay them. A failed COMMIT or ROLLBACK is sent again (both are idempotent).
+
+Recovery -- the spout's first open, its restart, and after every rollback -- finishes what its
+stored phase left open (COMMITTING: COMMIT again; PREPARING: ROLLBACK) and then sends INITSTATE:
+a bolt task that has not been initialized (new, or restarted) loads its committed state then,
+calls the user's ``init_state``, and only then executes the inputs it held meanwhile. A task
+that is not initialized fails a PREPARE, which forces that rollback and recovery: a restarted
+task is initialized within a checkpoint interval or two.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._collectors import SpoutOutputCollector
+from .._components import OutputFieldsDeclarer, Spout
+from .._context import TopologyContext
+from .provider import StateError, StateProvider, open_provider
+
+__all__ = [
+    "CHECKPOINT_COMPONENT",
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_REQUEST",
+    "CHECKPOINT_STREAM",
+    "CheckpointSpout",
+    "namespace",
+]
+
+logger = logging.getLogger("rayflow")
+
+CHECKPOINT_COMPONENT = "__checkpoint"
+CHECKPOINT_STREAM = "__checkpoint"
+CHECKPOINT_FIELDS = ("txid", "action")
+CHECKPOINT_REQUEST = "checkpoint-request"
+"""The control payload a spout sends the checkpoint spout when its pending budget runs low."""
+
+INITSTATE, PREPARE, COMMIT, ROLLBACK = "initstate", "prepare", "commit", "rollback"
+COMMITTED, PREPARING, COMMITTING = "committed", "preparing", "committing"
+_RECOVERY = {COMMITTED: INITSTATE, PREPARING: ROLLBACK, COMMITTING: COMMIT}
+_TX_KEY = "transaction"
+
+
+def namespace(conf: dict[str, Any], component: str, task: int) -> str:
+    """Where one task's state lives in a provider: the topology's name, the component, the task."""
+    return f"{conf.get('topology.name') or 'topology'}/{component}/{task}"
+
+
+class CheckpointSpout(Spout):
+    """The ``__checkpoint`` spout (one task). Its executor calls ``tick`` every checkpoint
+    interval and ``request`` when a spout asks for an early checkpoint; everything else is the
+    spout lifecycle. ``next_tuple`` emits only to start a recovery: the other steps are emitted
+    from ``ack``/``fail``/``tick``, as soon as they are due."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare_stream(CHECKPOINT_STREAM, list(CHECKPOINT_FIELDS))
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self.collector = collector
+        self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+        self.provider: StateProvider = open_provider(
+            conf["state_provider"], conf.get("state_provider_config"), str(conf.get("topology.name") or "topology")
+        )
+        self.txid, self.phase = 0, COMMITTED
+        self.loaded = False
+        self.recovering = True
+        self.in_flight: tuple[int, str] | None = None
+        self.due = False
+        self.hold_until_tick = False
+        self.commits = 0
+        self.rollbacks = 0
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data, _ = self.provider.load(self.namespace)
+        except StateError as exc:
+            self._trouble(f"cannot read the checkpoint state, will retry every interval: {exc}")
+            return
+        self.txid, self.phase = data.get(_TX_KEY, (0, COMMITTED))
+        self.loaded = True
+        logger.info("checkpoint spout: transaction %d %s, recovering", self.txid, self.phase)
+
+    def _trouble(self, message: str) -> None:
+        logger.warning("checkpoint spout: %s", message)
+        self.hold_until_tick = True
+
+    def _persist(self, txid: int, phase: str) -> bool:
+        """Store the transaction state; on failure keep the last stored one and recover from it."""
+        try:
+            self.provider.stage(self.namespace, txid, {_TX_KEY: (txid, phase)})
+            self.provider.commit(self.namespace, txid)
+        except StateError as exc:
+            self.recovering = True
+            self._trouble(f"cannot store transaction {txid} {phase}, will recover from {self.phase}: {exc}")
+            return False
+        self.txid, self.phase = txid, phase
+        return True
+
+    def _emit(self, txid: int, action: str) -> None:
+        self.in_flight = (txid, action)
+        self.collector.emit([txid, action], msg_id=(txid, action), stream=CHECKPOINT_STREAM)
+
+    def _step(self) -> None:
+        """Send what is due, when nothing is in flight."""
+        if self.in_flight is not None or self.hold_until_tick:
+            return
+        if not self.loaded:
+            self._load()
+            if not self.loaded:
+                return
+        if self.recovering:
+            self._emit(self.txid, _RECOVERY[self.phase])
+        elif self.due and self._persist(self.txid + 1, PREPARING):
+            self.due = False
+            self._emit(self.txid, PREPARE)
+
+    # -- driven by the executor -----------------------------------------------------------------
+    def tick(self) -> None:
+        self.due = True
+        self.hold_until_tick = False
+        self._step()
+
+    def request(self) -> None:
+        self.due = True
+        self._step()
+
+    # -- the spout lifecycle ----------------------------------------------------------------------
+    def next_tuple(self) -> None:
+        self._step()
+        self.collector.exhausted()  # nothing to poll: the next step comes from an ack or a tick
+
+    def ack(self, msg_id: Any) -> None:
+        txid, action = msg_id
+        self.in_flight = None
+        if action == PREPARE:
+            if self._persist(txid, COMMITTING):
+                self._emit(txid, COMMIT)
+            return
+        if action == COMMIT:
+            if self._persist(txid, COMMITTED):
+                self.commits += 1
+        elif action == ROLLBACK:
+            if self._persist(txid - 1, COMMITTED):
+                logger.warning("checkpoint spout: transaction %d rolled back", txid)
+                self.rollbacks += 1
+                self.recovering = True
+        elif action == INITSTATE:
+            self.recovering = False
+        self._step()
+
+    def fail(self, msg_id: Any) -> None:
+        txid, action = msg_id
+        self.in_flight = None
+        if action == PREPARE:
+            logger.warning("checkpoint spout: transaction %d failed to prepare: rolling back", txid)
+            self.recovering = True  # PREPARING(txid) is stored: recovery rolls it back
+            self._step()
+        else:  # COMMIT, ROLLBACK and INITSTATE are sent again, at the next interval
+            self.recovering = True
+            self.hold_until_tick = True
+
+    def close(self) -> None:
+        self.provider.close()

@@ -1,0 +1,36 @@
+"""What is checked of a stateful topology's settings before it runs (at submit, and when the
+in-process runner starts): the checkpoint interval against the message timeout, the provider's
+name and settings, and -- on Ray -- that the store can be reached."""
+
+from __future__ import annotations
+
+from .._config import Config
+from .._errors import ConfigError, StateError
+from .._topology import Topology
+from .provider import open_provider
+
+__all__ = ["check_state_settings"]
+
+
+def check_state_settings(topology: Topology, conf: Config, *, reach: bool) -> None:
+    """Raise ``ConfigError`` (or ``StateError`` for a store that cannot be reached, when
+    ``reach``) naming the setting and the numbers; a topology without state passes."""
+    if not topology.stateful:
+        return
+    interval = conf.checkpoint_interval_ms
+    timeout_ms = conf.message_timeout_secs * 1000.0
+    if conf.enable_message_timeouts and interval >= timeout_ms:
+        raise ConfigError(
+            f"checkpoint_interval_ms ({interval:g}) must be below the message timeout "
+            f"({timeout_ms:g} ms, message_timeout_secs={conf.message_timeout_secs:g}): a stateful bolt's "
+            "acks wait for the next commit, so its input trees would time out before it"
+        )
+    name = str(conf.model_extra.get("topology.name") or "topology") if conf.model_extra else "topology"
+    provider = open_provider(conf.state_provider, conf.state_provider_config, name)
+    if reach:
+        try:
+            provider.ping()
+        except StateError as exc:
+            raise StateError(f"state_provider {conf.state_provider!r}: {exc}") from None
+        finally:
+            provider.close()

@@ -1,0 +1,156 @@
+"""Stateful bolts in process: Storm's checkpoint protocol on the simulated clock.
+
+The topology throughout: sentences -> split (2 tasks) -> count (a ``StatefulBolt``, 2 tasks,
+fields-grouped on the word). What is fed, what must be acked, failed or replayed, and what the
+committed state must hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayflow import Config, ConfigError, KeyValueState, TopologyBuilder
+from rayflow._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from rayflow.testing import InProcessTopology, complete_topology
+
+from .state_components import Sentences, Split, Unanchored, wordcount
+
+SENTENCES = ["the cow jumped over the moon", "an apple a day", "the man went to the store", "four score and seven"]
+TRUTH = Counter(w for s in SENTENCES for w in s.split())
+
+
+def committed_counts(run: InProcessTopology) -> Counter[str]:
+    """The committed state of every count task, summed (what a restart would find)."""
+    total: Counter[str] = Counter()
+    for task in run.tasks("count"):
+        adapter: Any = task.bolt  # type: ignore[attr-defined]
+        data, _ = adapter.provider.load(adapter.namespace)
+        total.update(data)
+    return total
+
+
+class TestWiring:
+    def test_a_stateful_bolt_adds_the_checkpoint_spout_and_stream_to_every_bolt(self) -> None:
+        topology = wordcount(SENTENCES)
+        assert CHECKPOINT_COMPONENT in topology.components
+        split_inputs = [(s.component, s.stream) for s in topology.components["split"].inputs]
+        count_inputs = [(s.component, s.stream) for s in topology.components["count"].inputs]
+        assert split_inputs == [("sentences", "default"), (CHECKPOINT_COMPONENT, CHECKPOINT_STREAM)]
+        assert count_inputs == [("split", "default"), ("split", CHECKPOINT_STREAM)]
+
+    def test_a_topology_without_state_is_left_alone(self) -> None:
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences(SENTENCES))
+        builder.set_bolt("split", Split()).shuffle_grouping("sentences")
+        assert CHECKPOINT_COMPONENT not in builder.create_topology().components
+
+
+class TestCheckpoints:
+    def test_counts_are_exact_and_every_sentence_is_acked_after_the_commit(self) -> None:
+        result = complete_topology(wordcount(SENTENCES))
+        assert sorted(result.acked("sentences")) == [0, 1, 2, 3] and result.failed("sentences") == []
+        counted: Counter[str] = Counter()
+        for component in result.components("count"):
+            counted.update(dict(component.counts.items()))
+        assert counted == TRUTH
+        metrics = result.metrics()["count"]
+        assert metrics["checkpoints"] >= 1 and metrics["rollbacks"] == 0
+        assert metrics["executed"] == sum(TRUTH.values())  # checkpoint tuples are not counted
+        assert result.emitted("split", CHECKPOINT_STREAM)  # they did travel every edge
+
+    def test_acks_wait_for_the_commit(self) -> None:
+        """Everything processed, the clock still: no sentence is acked. One interval later the
+        checkpoint commits, and then all are, and the committed state is the truth."""
+        run = InProcessTopology(wordcount(SENTENCES))
+        run.run()
+        assert run.acked("sentences") == []
+        assert sum(run.metrics()["count"]["executed"] for _ in [0]) == sum(TRUTH.values())
+        run.advance(run.conf.checkpoint_interval_ms / 1000.0)
+        assert sorted(run.acked("sentences")) == [0, 1, 2, 3]
+        assert committed_counts(run) == TRUTH
+
+    def test_hooks_run_around_each_step_in_order(self) -> None:
+        run = InProcessTopology(wordcount(SENTENCES, count_tasks=1))
+        run.run()
+        run.advance(run.conf.checkpoint_interval_ms / 1000.0)
+        hooks = run.components("count")[0].hooks
+        assert hooks[0] == ("init_state", {})
+        prepared = [txid for name, txid in hooks if name == "pre_prepare"]
+        committed = [txid for name, txid in hooks if name == "pre_commit"]
+        assert prepared and prepared == committed and prepared == sorted(prepared)
+
+    def test_a_failed_prepare_rolls_back_and_the_replays_count_once(self) -> None:
+        """The store refuses the first stage of each count task: the checkpoint fails, every
+        stateful task rolls back, the sentences acked since are failed and replayed, and the
+        counts end exact (the rolled-back updates are not counted twice)."""
+        conf = {"state_provider": "tests.state_components.FlakyProvider"}
+        result = complete_topology(wordcount(SENTENCES), conf)
+        assert sorted(set(result.acked("sentences"))) == [0, 1, 2, 3]
+        assert sorted(result.failed("sentences")) == [0, 1, 2, 3]  # each replayed once
+        counted: Counter[str] = Counter()
+        for component in result.components("count"):
+            counted.update(dict(component.counts.items()))
+            assert ("pre_rollback", None) in component.hooks
+        assert counted == TRUTH
+        assert result.metrics()["count"]["rollbacks"] >= 1
+        assert result.metrics()["count"]["errors"] >= 1  # the store's refusal is reported
+
+    def test_a_small_pending_budget_asks_for_checkpoints_instead_of_stalling(self) -> None:
+        """max_spout_pending=2 with 40 sentences: the spout asks for a checkpoint whenever half
+        its budget is held, so the run completes without the clock moving at all."""
+        sentences = [f"word{i} other{i % 3}" for i in range(40)]
+        run = InProcessTopology(wordcount(sentences), {"max_spout_pending": 2})
+        run.run()
+        assert sorted(run.acked("sentences")) == list(range(40))
+        assert run.now == 0.0
+
+    def test_state_carries_over_to_the_next_run_with_the_sqlite_provider(self, tmp_path: Path) -> None:
+        """Run the word count twice under one name with state in SQLite: the second run's
+        init_state gets the first run's counts, and the counts go on from there."""
+        conf = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, "topology.name": "wc"}
+        complete_topology(wordcount(SENTENCES), conf)
+        second = complete_topology(wordcount(SENTENCES), conf)
+        counted: Counter[str] = Counter()
+        for component in second.components("count"):
+            counted.update(dict(component.counts.items()))
+        assert counted == Counter({w: 2 * n for w, n in TRUTH.items()})
+        assert (tmp_path / "wc.sqlite3").exists()
+
+
+class TestRules:
+    def test_an_unanchored_emit_raises_at_the_call_and_fails_the_input(self) -> None:
+        """Fed one sentence that is not replayed: both words' emits raise, both inputs fail."""
+        topology = wordcount(["a b"], Unanchored(), count_tasks=1)
+        result = complete_topology(topology, mocked_sources={"sentences": [["a b"]]})
+        metrics = result.metrics()["count"]
+        assert metrics["errors"] == 2 and metrics["failed"] == 2
+        assert "stateful bolt 'count': emit on stream 'default' without anchors" in metrics["last_error"]
+
+    def test_the_checkpoint_interval_must_be_below_the_message_timeout(self) -> None:
+        with pytest.raises(
+            ConfigError, match=r"checkpoint_interval_ms \(5000\) must be below the message timeout \(3000 ms"
+        ):
+            InProcessTopology(wordcount(SENTENCES), {"checkpoint_interval_ms": 5000, "message_timeout_secs": 3})
+
+    def test_an_unknown_provider_is_named_with_a_suggestion(self) -> None:
+        with pytest.raises(ConfigError, match=r"state_provider: 'sqlit' is not one of .* \(did you mean 'sqlite'\?\)"):
+            InProcessTopology(wordcount(SENTENCES), {"state_provider": "sqlit"})
+
+    def test_storm_keys_set_the_state_fields(self) -> None:
+        conf = Config.of({"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 250})
+        assert conf.state_provider == "redis" and conf.checkpoint_interval_ms == 250
+
+
+class TestKeyValueState:
+    def test_the_mapping_interface(self) -> None:
+        state = KeyValueState({"a": 1})
+        state.put("b", 2)
+        state.delete("a")
+        state.delete("missing")
+        assert state.get("a") is None and state.get("a", 0) == 0 and state.get("b") == 2
+        assert "b" in state and "a" not in state and len(state) == 1
+        assert list(state.keys()) == ["b"] and list(state.items()) == [("b", 2)]
+        assert set(state.take_changes()) == {"a", "b"} and state.take_changes() == {}
