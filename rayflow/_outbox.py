@@ -179,6 +179,10 @@ class Outbox:
         self._spouts: dict[int, SpoutMail] = {}
         self.transferred = 0
         """Tuples sent (a tuple sent to two tasks counts twice)."""
+        self.urgent = False
+        """Send what waits now, not after the control linger: checkpoint traffic is set so,
+        since every stateful bolt's acks (and so its spouts' pending budgets) wait for the
+        checkpoint's round trip, and it is a few messages a second."""
 
     # -- data ---------------------------------------------------------------------------------
     def batch(self, dest: int) -> DataBatch:
@@ -269,6 +273,7 @@ class Outbox:
     def flush(self) -> None:
         """Send everything that waits. (Order is free: any subset of a tree's messages short of
         all of them XORs to non-zero, so no arrival order can complete a tree early.)"""
+        self.urgent = False
         self.flush_control()
         self.flush_data()
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from .._ack_ledger import AckLedger
 from .._outbox import AckerPayload
+from .._state.checkpoint import CHECKPOINT_COMPONENT
 from .base import Executor, Timer
 
 __all__ = ["AckerExecutor"]
@@ -17,6 +18,9 @@ class AckerExecutor(Executor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.ledger = AckLedger()
+        checkpointer = self.context.get_component_tasks(CHECKPOINT_COMPONENT) if self.topology.stateful else []
+        self._checkpointer = checkpointer[0] if checkpointer else None
+        """The checkpoint spout's task: what settles its trees is sent at once (``Outbox.urgent``)."""
 
     def receive_control(self, payload: AckerPayload) -> None:
         """One payload from one sender: its inits, acks and fails go to the ledger in one call
@@ -25,6 +29,8 @@ class AckerExecutor(Executor):
         ledger, metrics, outbox = self.ledger, self.metrics, self.outbox
         if inits or acks or fails:
             for spout_task, (acked, failed) in ledger.apply(sender, inits, acks, fails).items():
+                if spout_task == self._checkpointer:
+                    outbox.urgent = True
                 mail = outbox.spout(spout_task)
                 mail.acked += acked
                 mail.failed += failed

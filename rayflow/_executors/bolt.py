@@ -274,6 +274,7 @@ class BoltExecutor(Emitter):
         self.metrics.emitted = emitted
         for tup in tuples:
             self._ack_trees(tup)
+        self.outbox.urgent = True
 
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()

@@ -169,7 +169,7 @@ class TaskActor:
         if self._flush_due or outbox.is_empty():
             return
         wait = self._control_linger - (time.monotonic() - self._flushed)
-        if wait <= 0 or outbox.control_size() >= outbox.batch_size:
+        if wait <= 0 or outbox.urgent or outbox.control_size() >= outbox.batch_size:
             self._flush_now()
         else:
             self._flush_due = True

@@ -1,0 +1,145 @@
+"""Stateful word count against the plain one, side by side in one local Ray, and what a
+checkpoint costs the state providers. Not a test: run it on a quiet machine.
+
+    python benchmarks/stateful_wordcount.py [--sentences N] [--rounds 3] [--providers sqlite redis]
+
+Topology (every run): sentences -> split (shuffle) -> count (fields on word), one task each, one
+acker, every other setting at its default (``Config()``: the default pending budget and
+checkpoint interval), so the figures say what a user gets without tuning. ``count`` is
+``examples.wordcount.WordCount`` (a ``BasicBolt``, counts in a dict) for the plain run and
+``examples.stateful_wordcount.StatefulWordCount`` (counts in a ``KeyValueState``, acks deferred
+to the commit) for each provider. Rounds alternate their order; each ratio is the median of the
+rounds' ratios of runs made one after the other.
+
+The commit part stages and commits N changed keys (word -> int) to each provider, directly,
+and reports the p50/p99 of the whole checkpoint (stage + commit) and the bytes of pickled keys
+and values it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: find examples/
+
+from benchmarks.wordcount import BenchSpout, paired_ratio, words_in  # noqa: E402
+from examples.stateful_wordcount import StatefulWordCount  # noqa: E402
+from examples.wordcount import SplitSentence, WordCount  # noqa: E402
+from rayflow import Config, LocalCluster, TopologyBuilder  # noqa: E402
+from rayflow._state.provider import StateProvider, open_provider  # noqa: E402
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def provider_settings(provider: str, state_dir: str) -> dict[str, Any]:
+    if provider == "sqlite":
+        return {"state_provider": "sqlite", "state_provider_config": {"dir": state_dir}}
+    if provider == "redis":
+        return {"state_provider": "redis", "state_provider_config": {"url": REDIS_URL, "key_prefix": "rayflow:bench"}}
+    return {"state_provider": provider}
+
+
+def run(cluster: LocalCluster, sentences: int, provider: str | None, state_dir: str) -> dict[str, Any]:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", BenchSpout(sentences))
+    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
+    count = StatefulWordCount() if provider else WordCount()
+    builder.set_bolt("count", count).fields_grouping("split", ["word"])
+    name = f"bench-{provider or 'plain'}-{uuid.uuid4().hex[:8]}"  # fresh state every run
+    conf = Config.of(provider_settings(provider, state_dir) if provider else {})
+    handle = cluster.submit_topology(name, conf, builder.create_topology(), active=False)
+    started = time.perf_counter()
+    handle.activate()
+    if not handle.wait(timeout=600, poll_secs=0.1):
+        raise RuntimeError(f"{name}: not done after 600 s")
+    elapsed = time.perf_counter() - started
+    metrics = handle.metrics()
+    handle.kill()
+    spout = metrics["sentences"]
+    assert spout["failed"] == 0 and spout["acked"] == sentences, spout
+    words = words_in(sentences)
+    return {
+        "words_per_s": words / elapsed,
+        "seconds": elapsed,
+        "complete_p50_ms": spout["complete_latency_ms"]["p50"],
+        "checkpoints": metrics.get("__checkpoint", {}).get("checkpoints", 0),
+    }
+
+
+def checkpoint_cost(provider: StateProvider, keys: int, repeats: int) -> dict[str, float]:
+    """Stage and commit ``keys`` changed keys ``repeats`` times; seconds per checkpoint and bytes."""
+    namespace = f"bench/{uuid.uuid4().hex[:8]}/1"
+    times = []
+    written = 0
+    for txid in range(1, repeats + 1):
+        changes = {f"word{i}": txid * i for i in range(keys)}
+        written = sum(len(pickle.dumps(k, 5)) + len(pickle.dumps(v, 5)) for k, v in changes.items())
+        started = time.perf_counter()
+        provider.stage(namespace, txid, changes)
+        provider.commit(namespace, txid)
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return {
+        "p50_ms": 1000 * statistics.median(times),
+        "p99_ms": 1000 * times[min(len(times) - 1, int(0.99 * len(times)))],
+        "bytes": written,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
+    parser.add_argument("--skip-topology", action="store_true", help="only the checkpoint costs")
+    args = parser.parse_args(argv)
+    state_dir = tempfile.mkdtemp(prefix="rayflow-bench-state-")
+
+    print("checkpoint cost (stage + commit of N changed keys):")
+    for name in args.providers:
+        provider = open_provider(name, provider_settings(name, state_dir)["state_provider_config"], "bench")
+        for keys, repeats in ((1_000, 50), (100_000, 5)):
+            cost = checkpoint_cost(provider, keys, repeats)
+            print(
+                f"  {name:7} {keys:>7,} keys: p50 {cost['p50_ms']:8.1f} ms  p99 {cost['p99_ms']:8.1f} ms  "
+                f"{cost['bytes'] / 1e6:6.2f} MB pickled"
+            )
+        provider.close()
+    if args.skip_topology:
+        return 0
+
+    configurations: list[str | None] = [None, *args.providers]
+    runs: dict[str | None, list[dict[str, Any]]] = {c: [] for c in configurations}
+    with LocalCluster() as cluster:
+        run(cluster, args.sentences // 10, None, state_dir)  # warm up the workers
+        for round_ in range(args.rounds):
+            order = configurations if round_ % 2 == 0 else list(reversed(configurations))
+            for configuration in order:
+                runs[configuration].append(run(cluster, args.sentences, configuration, state_dir))
+            print(
+                f"round {round_ + 1}: "
+                + ", ".join(f"{c or 'plain'} {runs[c][-1]['words_per_s']:,.0f} words/s" for c in configurations)
+            )
+    print(f"\nword count, {args.sentences:,} sentences, defaults, {args.rounds} rounds (median):")
+    for configuration in configurations:
+        best = sorted(runs[configuration], key=lambda r: r["words_per_s"])[len(runs[configuration]) // 2]
+        line = f"  {configuration or 'plain':7} {best['words_per_s']:>10,.0f} words/s"
+        line += f"  p50 complete {best['complete_p50_ms']:6.1f} ms"
+        if configuration:
+            ratio = paired_ratio(runs[configuration], runs[None])
+            rounds = ", ".join(f"{r:.2f}" for r in ratio["rounds"])
+            line += f"  {ratio['median']:.2f}x of plain (rounds {rounds}), {best['checkpoints']} checkpoints"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
