@@ -154,3 +154,80 @@ class TestKeyValueState:
         assert "b" in state and "a" not in state and len(state) == 1
         assert list(state.keys()) == ["b"] and list(state.items()) == [("b", 2)]
         assert set(state.take_changes()) == {"a", "b"} and state.take_changes() == {}
+
+
+class RecordingCollector:
+    """Stands in for the checkpoint spout's collector: keeps what it emitted."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+
+    def emit(self, values: list[Any], msg_id: Any = None, stream: str = "default") -> list[int]:
+        assert stream == CHECKPOINT_STREAM and tuple(values) == msg_id
+        self.sent.append(msg_id)
+        return []
+
+    def exhausted(self) -> None:
+        pass
+
+
+def open_checkpoint_spout(tmp_path: Path, stored: tuple[int, str] | None) -> tuple[Any, RecordingCollector]:
+    """A checkpoint spout over a SQLite store holding ``stored`` as its transaction state (what
+    an earlier incarnation of it persisted before it died)."""
+    from types import SimpleNamespace
+
+    from rayflow._state.checkpoint import CheckpointSpout, namespace
+    from rayflow.state import SqliteStateProvider
+
+    conf = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, "topology.name": "wc"}
+    context = SimpleNamespace(this_component_id=CHECKPOINT_COMPONENT, this_task_id=1)
+    if stored is not None:
+        provider = SqliteStateProvider(conf["state_provider_config"], "wc")  # type: ignore[arg-type]
+        provider.stage(namespace(conf, CHECKPOINT_COMPONENT, 1), stored[0], {"transaction": stored})
+        provider.commit(namespace(conf, CHECKPOINT_COMPONENT, 1), stored[0])
+        provider.close()
+    spout, collector = CheckpointSpout(), RecordingCollector()
+    spout.open(conf, context, collector)  # type: ignore[arg-type]
+    return spout, collector
+
+
+class TestCheckpointSpoutRecovery:
+    """The checkpoint spout persists (txid, phase) before each step; a new incarnation finishes
+    what the stored phase left open, then sends INITSTATE."""
+
+    @pytest.mark.parametrize(
+        ("stored", "first"),
+        [
+            (None, (0, "initstate")),
+            ((4, "committed"), (4, "initstate")),
+            ((5, "preparing"), (5, "rollback")),
+            ((5, "committing"), (5, "commit")),
+        ],
+    )
+    def test_recovers_from_every_phase(self, tmp_path: Path, stored: Any, first: tuple[int, str]) -> None:
+        spout, collector = open_checkpoint_spout(tmp_path, stored)
+        spout.next_tuple()
+        assert collector.sent == [first]
+        spout.ack(first)
+        if first[1] != "initstate":  # the open phase closed: then the state is handed out
+            txid = first[0] - 1 if first[1] == "rollback" else first[0]
+            assert collector.sent[-1] == (txid, "initstate")
+            spout.ack(collector.sent[-1])
+        spout.tick()  # recovered: the interval's checkpoint starts
+        assert collector.sent[-1][1] == "prepare"
+
+    def test_a_restarted_task_abandons_the_checkpoint_in_flight(self, tmp_path: Path) -> None:
+        """PREPARE in flight when a task restarts: ROLLBACK goes out at once, and the abandoned
+        PREPARE's late ack or fail changes nothing."""
+        spout, collector = open_checkpoint_spout(tmp_path, (3, "committed"))
+        spout.next_tuple()
+        spout.ack((3, "initstate"))
+        spout.tick()
+        assert collector.sent[-1] == (4, "prepare")
+        spout.restart_seen()
+        assert collector.sent[-1] == (4, "rollback")
+        spout.fail((4, "prepare"))
+        spout.ack((4, "prepare"))
+        assert collector.sent[-1] == (4, "rollback")  # nothing more was sent for the stale tuple
+        spout.ack((4, "rollback"))
+        assert collector.sent[-1] == (3, "initstate") and spout.rollbacks == 1

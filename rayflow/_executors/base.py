@@ -137,6 +137,9 @@ class Executor:
     def receive_control(self, payload: Any) -> None:
         raise TypeError(f"task {self.task_id} ({self.kind} {self.component_id!r}) takes no acker traffic")
 
+    def peer_restarted(self, task_id: int) -> None:
+        """Task ``task_id`` was started again after its actor died (whatever it held is lost)."""
+
     @property
     def finished(self) -> bool:
         return True

@@ -25,6 +25,12 @@ class CheckpointSpoutExecutor(SpoutExecutor):
         if self.opened:
             self._call("tick")
 
+    def peer_restarted(self, task_id: int) -> None:
+        """The checkpoint in flight may have died with that task: recover now, not after the
+        message timeout (a restarted stateful task also waits for this INITSTATE)."""
+        if self.opened:
+            self._call("restart_seen")
+
     def receive_control(self, payload: Any) -> None:
         if payload == CHECKPOINT_REQUEST:
             if self.opened:

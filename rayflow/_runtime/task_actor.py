@@ -115,6 +115,11 @@ class TaskActor:
     def replace(self, task: int, address: Address) -> None:
         """Task ``task`` was restarted and listens at ``address``: send to it from now on."""
         self._transport.replace(task, address)
+        self._executor.peer_restarted(task)
+        if self._executor.is_source:
+            self._wake.set()  # what the hook emitted goes out now
+        else:
+            self._flush_later()
 
     async def lifeline(self) -> None:
         """Never returns: the call fails when this actor dies, which is how death is noticed."""

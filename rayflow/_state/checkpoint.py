@@ -144,12 +144,24 @@ class CheckpointSpout(Spout):
         self.due = True
         self._step()
 
+    def restart_seen(self) -> None:
+        """A task of the topology was restarted: abandon the checkpoint in flight (its acks or
+        fails, if any come, are ignored) and recover at once from the stored phase. A PREPARE
+        in flight is answered by ROLLBACK; recovery ends with INITSTATE, which the restarted
+        task waits for before it executes anything."""
+        self.in_flight = None
+        self.recovering = True
+        self.hold_until_tick = False
+        self._step()
+
     # -- the spout lifecycle ----------------------------------------------------------------------
     def next_tuple(self) -> None:
         self._step()
         self.collector.exhausted()  # nothing to poll: the next step comes from an ack or a tick
 
     def ack(self, msg_id: Any) -> None:
+        if msg_id != self.in_flight:
+            return  # abandoned (``restart_seen``)
         txid, action = msg_id
         self.in_flight = None
         if action == PREPARE:
@@ -169,6 +181,8 @@ class CheckpointSpout(Spout):
         self._step()
 
     def fail(self, msg_id: Any) -> None:
+        if msg_id != self.in_flight:
+            return  # abandoned (``restart_seen``)
         txid, action = msg_id
         self.in_flight = None
         if action == PREPARE:
