@@ -146,13 +146,14 @@ class CheckpointSpout(Spout):
 
     def restart_seen(self) -> None:
         """A task of the topology was restarted: abandon the checkpoint in flight (its acks or
-        fails, if any come, are ignored) and recover at once from the stored phase. A PREPARE
-        in flight is answered by ROLLBACK; recovery ends with INITSTATE, which the restarted
-        task waits for before it executes anything."""
+        fails, if any come, are ignored) and recover from the stored phase at the next tick,
+        not after the message timeout. A PREPARE in flight is answered by ROLLBACK; recovery
+        ends with INITSTATE, which the restarted task waits for before it executes anything.
+        Not at once: the other tasks learn the restarted task's address about when this spout
+        does, and what they send to its old one is lost."""
         self.in_flight = None
         self.recovering = True
-        self.hold_until_tick = False
-        self._step()
+        self.hold_until_tick = True
 
     # -- the spout lifecycle ----------------------------------------------------------------------
     def next_tuple(self) -> None:

@@ -139,7 +139,7 @@ class Kill:
 
 @dataclass
 class Monkey:
-    """Kills ``plan`` (a list of kinds: "spout", "bolt", "acker"), one at a time: kill ``i`` once
+    """Kills ``plan`` (a list of kinds: "spout", "bolt", "acker", or component ids), one at a time: kill ``i`` once
     the sink has seen ``(i + 1) / (len(plan) + 1)`` of ``total`` ids and the previous victim is
     alive again. The victim is a random task of that kind. ``delivered()`` says how many
     messages the broker has handed out so far: ids are published in order, so those are the ids
@@ -175,7 +175,7 @@ class Monkey:
         if len(ids) < self.total * (i + 1) / (len(self.plan) + 1):
             return False
         kind = self.plan[i]
-        task = self.rng.choice(sorted(t for t, info in tasks.items() if info["kind"] == kind))
+        task = self.rng.choice(sorted(t for t, info in tasks.items() if kind in (info["kind"], info["component"])))
         pid = int(tasks[task]["pid"])
         os.kill(pid, signal.SIGKILL)
         behind = sorted(set(range(self.delivered())) - ids)
