@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import Config
+from .._errors import RayflowError
+from .._state.validation import check_state_settings
 from .._topology import Topology
 from ._build import build_topology
 from ._configs import config_problems
@@ -63,7 +65,41 @@ def load_topology(
     problems += build_problems
     if problems or spec is None or topology is None:
         raise SpecError(problems)
-    return LoadedTopology(spec, Config.of(spec.config), topology)
+    config = Config.of(spec.config)
+    problems += _state_problems(tree, topology, config)
+    if problems:
+        raise SpecError(problems)
+    return LoadedTopology(spec, config, topology)
+
+
+STATE_KEYS = {
+    "checkpoint_interval_ms": ("checkpoint_interval_ms", "topology.state.checkpoint.interval.ms"),
+    "state_provider": (
+        "state_provider",
+        "topology.state.provider",
+        "state_provider_config",
+        "topology.state.provider.config",
+    ),
+}
+"""Where a stateful topology's settings problem is put: on the line of the key it names."""
+
+
+def _state_problems(tree: Node, topology: Topology, config: Config) -> list[Problem]:
+    """The state settings checked against each other and the topology (the interval against
+    the message timeout, the provider's name): what the submit would refuse, on its line."""
+    try:
+        check_state_settings(topology, config, reach=False)
+    except RayflowError as exc:
+        node = tree.child("config")
+        message = str(exc)
+        if node is not None and isinstance(node.value, dict):
+            for field, keys in STATE_KEYS.items():
+                if message.startswith(field):
+                    for key in keys:
+                        if key in node.value:
+                            return [node.problem(message, (key,))]
+        return [(node or tree).problem(message)]
+    return []
 
 
 def _read(
