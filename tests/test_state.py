@@ -135,6 +135,10 @@ class TestRules:
         ):
             InProcessTopology(wordcount(SENTENCES), {"checkpoint_interval_ms": 5000, "message_timeout_secs": 3})
 
+    def test_a_stateful_topology_needs_an_acker(self) -> None:
+        with pytest.raises(ConfigError, match=r"ackers=0 with a stateful bolt: .* needs ackers >= 1"):
+            InProcessTopology(wordcount(SENTENCES), {"ackers": 0})
+
     def test_an_unknown_provider_is_named_with_a_suggestion(self) -> None:
         with pytest.raises(ConfigError, match=r"state_provider: 'sqlit' is not one of .* \(did you mean 'sqlite'\?\)"):
             InProcessTopology(wordcount(SENTENCES), {"state_provider": "sqlit"})

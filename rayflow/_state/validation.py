@@ -17,6 +17,11 @@ def check_state_settings(topology: Topology, conf: Config, *, reach: bool) -> No
     ``reach``) naming the setting and the numbers; a topology without state passes."""
     if not topology.stateful:
         return
+    if conf.ackers == 0:
+        raise ConfigError(
+            "ackers=0 with a stateful bolt: checkpoints complete through the acker (a commit must "
+            "know that every stateful task has prepared), so a stateful topology needs ackers >= 1"
+        )
     interval = conf.checkpoint_interval_ms
     timeout_ms = conf.message_timeout_secs * 1000.0
     if conf.enable_message_timeouts and interval >= timeout_ms:
