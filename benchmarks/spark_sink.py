@@ -2,6 +2,14 @@
 Parquet, and what starting Spark costs. Not a test: run it on a quiet machine.
 
     python benchmarks/spark_sink.py [--rows N] [--batch-rows 10000 50000] [--sinks 1 2] [--json out.json]
+    python benchmarks/spark_sink.py --defaults [--rows N]
+
+``--defaults`` runs everything with its defaults (``Config()``, ``DataFrameSink(write_parquet(path))``)
+side by side in one run: a last bolt that only acks, the sink as committed at ``HEAD`` (its
+module loaded from git, so the comparison needs a checkout), and the sink of the working tree;
+the same with ``max_spout_pending=50,000``; then what one batch costs inside the shared Spark:
+its DataFrame through pandas (as before) or as Arrow handed straight to Spark's JVM (now), with a
+no-op write and with ``write_parquet``. Each ratio is against the ack-only run of its config.
 
 A spout emits ``--rows`` tracked rows ``(id, word, value)`` as fast as it may; they go, shuffled,
 to the sink tasks. Each configuration is submitted inactive and timed from ``activate`` to the
@@ -17,9 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +74,11 @@ def noop_write(df: Any, batch_id: int) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-def run(rows: int, sink: Any, sinks: int) -> dict[str, Any]:
+def run(rows: int, sink: Any, sinks: int, conf: Config | None = None) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("rows", RowSpout(rows))
     builder.set_bolt("sink", sink, parallelism=sinks).shuffle_grouping("rows")
-    conf = Config(message_timeout_secs=120, max_spout_pending=50_000)
+    conf = conf or Config(message_timeout_secs=120, max_spout_pending=50_000)
     handle = submit_topology("spark-sink-bench", conf, builder.create_topology(), active=False)
     try:
         started = time.perf_counter()
@@ -88,12 +99,104 @@ def run(rows: int, sink: Any, sinks: int) -> dict[str, Any]:
     }
 
 
+def sink_at_head() -> Any:
+    """``DataFrameSink`` as committed at ``HEAD``: its module's source from git, its relative
+    imports made absolute, pickled by value so that the topology's tasks run this copy."""
+    import ray.cloudpickle
+
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(
+        ["git", "-C", str(root), "show", "HEAD:rayflow/spark/_sink.py"], capture_output=True, text=True, check=True
+    ).stdout
+    source = source.replace("from .._", "from rayflow._").replace("from ._", "from rayflow.spark._")
+    module = types.ModuleType("rayflow_sink_at_head")
+    sys.modules[module.__name__] = module
+    exec(compile(source, "HEAD:rayflow/spark/_sink.py", "exec"), module.__dict__)
+    ray.cloudpickle.register_pickle_by_value(module)
+    return module.DataFrameSink
+
+
+def dataframe_costs(spark: Any, rows: int, repeats: int) -> dict[str, float]:
+    """Median seconds to build a DataFrame of ``rows`` benchmark rows and run a no-op write on it,
+    through pandas (``createDataFrame(table.to_pandas())``, the sink before) and through
+    ``to_spark_dataframe`` (Arrow straight to the JVM)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from rayflow.spark._arrow import to_spark_dataframe
+
+    table = pa.table(
+        {
+            "id": list(range(rows)),
+            "word": [WORDS[i % len(WORDS)] for i in range(rows)],
+            "value": [i * 0.5 for i in range(rows)],
+        }
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="rayflow-spark-bench-costs-"))
+    ways = {
+        "pandas + noop": lambda i: noop_write(
+            spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(table.schema)), i
+        ),
+        "arrow + noop": lambda i: noop_write(to_spark_dataframe(spark, table), i),
+        "arrow + write_parquet": lambda i: write_parquet(scratch)(to_spark_dataframe(spark, table), i),
+    }
+    costs = {}
+    for name, write in ways.items():
+        times = []
+        for i in range(repeats):
+            started = time.perf_counter()
+            write(i)
+            times.append(time.perf_counter() - started)
+        costs[name] = statistics.median(times)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return costs
+
+
+def defaults(rows: int, out: Path) -> dict[str, Any]:
+    """Everything at its defaults, side by side: ack only, the sink at HEAD, the sink now."""
+    from rayflow.spark import run_in_spark
+
+    results: dict[str, Any] = {"rows": rows, "runs": []}
+    before = sink_at_head()
+    raised = Config(message_timeout_secs=120, max_spout_pending=50_000)
+    plan: list[tuple[str, Any, Config]] = [
+        ("ack only", Ack(), Config()),
+        ("sink at HEAD", before(write_parquet(out / "head")), Config()),
+        ("sink now", DataFrameSink(write_parquet(out / "now")), Config()),
+        ("ack only, pending 50k", Ack(), raised),
+        ("sink now, pending 50k", DataFrameSink(write_parquet(out / "raised")), raised),
+        ("+ batch_rows 50k", DataFrameSink(write_parquet(out / "raised-50k"), batch_rows=50_000), raised),
+    ]
+    print(f"{'last bolt':<26} {'secs':>7} {'rows/s':>9} {'ratio':>6} {'replayed':>8} {'p50 ms':>8}")
+    base = 0
+    for name, sink, conf in plan:
+        result = run(rows, sink, 1, conf)
+        if name.startswith("ack only"):  # each sink against the ack-only run of its config
+            base = result["rows_per_sec"]
+        result["ratio"] = round(result["rows_per_sec"] / base, 3)
+        results["runs"].append({"last_bolt": name, "max_spout_pending": conf.max_spout_pending, **result})
+        print(
+            f"{name:<26} {result['secs']:>7} {result['rows_per_sec']:>9,} {result['ratio']:>6} "
+            f"{result['replayed']:>8} {result['complete_latency_p50_ms']:>8,}",
+            flush=True,
+        )
+    costs = run_in_spark(dataframe_costs, 5_000, 7)
+    results["dataframe_5000_rows_secs"] = {name: round(secs, 4) for name, secs in costs.items()}
+    print(
+        "one batch of 5,000 rows inside the shared Spark, median of 7: "
+        + ", ".join(f"{name} {secs * 1000:.0f} ms" for name, secs in costs.items()),
+        flush=True,
+    )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch-rows", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--sinks", type=int, nargs="+", default=[1, 2], help="sink tasks")
     parser.add_argument("--driver-session", action="store_true", help="also time spark_session() in this process")
+    parser.add_argument("--defaults", action="store_true", help="all defaults: ack only, the sink at HEAD, now")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
 
@@ -104,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         shared_spark()
         results["shared_spark_start_secs"] = round(time.perf_counter() - started, 1)
         print(f"shared Spark start (raydp + warm-up write): {results['shared_spark_start_secs']} s", flush=True)
+        if args.defaults:
+            results = {**results, **defaults(args.rows, out)}
+            stop_spark()
+            shutil.rmtree(out, ignore_errors=True)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2) + "\n")
+            return 0
 
         header = ("foreach_batch", "batch_rows", "sinks", "secs", "rows/s", "p50 ms", "p99 ms")
         print("{:<16} {:>10} {:>5} {:>7} {:>9} {:>8} {:>8}".format(*header))

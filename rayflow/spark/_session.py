@@ -3,11 +3,12 @@
 ``spark_session()`` starts Spark in *this* process (the process becomes the Spark driver, talking
 to its JVM through py4j); the shared Spark that ``DataFrameSink`` uses starts the same way, with
 the same settings, inside its own actor (``shared.py``). Either costs ~25 s and ~1.6 GB (four
-JVMs), so a process holds at most one Spark.
+JVMs), so a process holds at most one Spark; a driver's and the shared one run side by side.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -68,6 +69,10 @@ class SparkSettings:
             "spark.ray.raydp_app_master.extraJavaOptions": JAVA_17_OPTIONS,
             # raydp's master actor would otherwise hold a whole CPU for nothing.
             "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+            # Each executor would reserve its cores' worth of Ray CPUs: on a 2-core machine a
+            # driver's spark_session() beside the shared Spark took both, and no topology task
+            # could be placed. The executors still run ``cores`` Spark tasks at once.
+            "spark.ray.raydp_spark_executor.actor.resource.cpu": "0",
             # The default 200 turns a 10k-row groupBy into minutes on one executor core.
             "spark.sql.shuffle.partitions": str(max(2, 2 * self.executors * self.cores)),
             "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -98,13 +103,23 @@ def check_spark_available() -> None:
         )
 
 
-def start_spark(settings: SparkSettings) -> SparkSession:
-    """Start Spark in this process through raydp (~25 s). The caller makes sure it is the only one."""
+def start_spark(settings: SparkSettings, *, jvm_namespace: str | None = None) -> SparkSession:
+    """Start Spark in this process through raydp (~25 s). The caller makes sure it is the only one.
+
+    raydp's Java side joins Ray as a job of its own and names its application master
+    ``RAY_APP_MASTER`` in the Ray namespace of the process that starts Spark -- the same for every
+    process of one Ray job, so two Sparks of one job collide ("Actor of name RAY_APP_MASTER
+    exists"). ``jvm_namespace`` puts this Spark's Java side in a namespace of its own instead."""
     check_spark_available()
     # The executors start their Python workers with the driver's PYSPARK_PYTHON; unset, that is
     # the system python, which has no pyspark.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import raydp
+
+    if jvm_namespace is not None:
+        from raydp.spark import ray_cluster
+
+        ray_cluster.RayDPSparkMaster = _master_in_namespace(jvm_namespace)
 
     session: SparkSession = raydp.init_spark(
         settings.app_name,
@@ -114,6 +129,20 @@ def start_spark(settings: SparkSettings) -> SparkSession:
         configs=settings.spark_configs(),
     )
     return session
+
+
+def _master_in_namespace(namespace: str) -> Any:
+    """raydp's master actor, telling the Java side to use ``namespace`` for its Ray actors."""
+    import ray
+    from raydp.spark.ray_cluster_master import RayDPSparkMaster
+
+    class NamespacedMaster(RayDPSparkMaster.__ray_actor_class__):  # type: ignore[misc]
+        def _generate_ray_configs(self) -> str:
+            options = json.loads(super()._generate_ray_configs())
+            options["ray.job.namespace"] = namespace
+            return json.dumps(options)
+
+    return ray.remote(NamespacedMaster)
 
 
 _lock = threading.Lock()
@@ -136,7 +165,8 @@ def spark_session(
 
     This session lives in this process: topology tasks cannot use it (py4j ties a session to
     the process that started it). ``DataFrameSink`` runs its batches in the shared Spark (see
-    ``run_in_spark``); to keep a single Spark, do your Spark work there rather than here::
+    ``run_in_spark``), which runs beside this one (its Java side in a Ray namespace of its own);
+    to hold a single Spark (~1.6 GB less), do your Spark work there rather than here::
 
         spark = spark_session()
         spark.range(3).count()      # 3

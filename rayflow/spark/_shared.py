@@ -22,6 +22,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SHARED_NAME", "SHARED_NAMESPACE", "run_in_spark", "settings_from_conf", "shared_spark", "stop_shared_spark"]
+__all__ = [
+    "SHARED_NAME",
+    "SHARED_NAMESPACE",
+    "root_cause",
+    "run_in_spark",
+    "settings_from_conf",
+    "shared_spark",
+    "stop_shared_spark",
+]
 
 logger = logging.getLogger("rayflow")
 
@@ -42,6 +51,13 @@ CONCURRENCY = 64
 """Calls the shared Spark serves at once (on threads). Batches run at most one per executor
 core at a time (more only thrash: 8 batches of 5,000 rows took 12 s at once, 5 s one by one);
 the others wait their turn, which leaves threads for ``run_in_spark`` meanwhile."""
+
+JVM_NAMESPACE = "rayflow-spark-jvm"
+"""The Ray namespace of the shared Spark's Java side, apart from the job's, where a driver's own
+``spark_session()`` puts its Java side: raydp names its application master ``RAY_APP_MASTER``
+in that namespace, so two Sparks in one namespace cannot both start. The price: inside the shared
+Spark, ``ray.data.from_spark`` looks for the executors in the job's namespace and hangs, so
+``DataFrameSpout`` collects a DataFrame as Arrow instead."""
 
 DEFAULT_SETTINGS = SparkSettings(app_name="rayflow-shared")
 """Its own application name: raydp names its actors after it, and ``spark_session()`` in a
@@ -57,13 +73,15 @@ class SharedSpark:
         self._error: Exception | None = None
         self._spark: SparkSession | None = None
         self._batch_slots = threading.BoundedSemaphore(settings.executors * settings.cores)
+        self._ids_lock = threading.Lock()
+        self._next_id = time.time_ns() // 1000
         try:
-            self._spark = start_spark(settings)
+            self._spark = start_spark(settings, jvm_namespace=JVM_NAMESPACE)
             self._warm_up()
         except SparkUnavailableError as exc:
             self._error = exc
         except Exception as exc:  # Spark's own start-up failures: py4j and Java errors
-            self._error = SparkUnavailableError(f"Spark did not start: {type(exc).__name__}: {exc}")
+            self._error = SparkUnavailableError(f"Spark did not start: {root_cause(exc)}")
 
     def _warm_up(self) -> None:
         """Write one tiny batch as Parquet and throw it away: the first job of a Spark pays
@@ -79,6 +97,17 @@ class SharedSpark:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    def claim_batch_ids(self, count: int) -> int:
+        """The first of ``count`` batch ids no one else has been given: one counter for every
+        sink task, so that a task restarted (on any node, whatever its clock) never reuses one.
+        It starts, with this actor, from the time in microseconds, above any id handed out by an
+        earlier shared Spark unless this node's clock is behind that one's by more than the time
+        between them."""
+        with self._ids_lock:
+            first = self._next_id
+            self._next_id += count
+        return first
+
     def startup_error(self) -> Exception | None:
         return self._error
 
@@ -92,7 +121,15 @@ class SharedSpark:
 
         function = resolve_function(fn) if isinstance(fn, str) else fn
         with self._batch_slots:  # jobs beyond the executor cores only thrash
-            function(to_spark_dataframe(self._session(), table), batch_id)
+            spark = self._session()
+            # Thread-local (pyspark pins a JVM thread to each Python thread): tags this batch's jobs.
+            spark.sparkContext.setJobGroup(_job_group(batch_id), f"rayflow batch {batch_id}", interruptOnCancel=True)
+            function(to_spark_dataframe(spark, table), batch_id)
+
+    def cancel_batch(self, batch_id: int) -> None:
+        """Cancel the Spark jobs of a batch whose sink gave up waiting for it."""
+        if self._spark is not None:
+            self._spark.sparkContext.cancelJobGroup(_job_group(batch_id))
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return fn(self._session(), *args, **kwargs)
@@ -146,6 +183,30 @@ def shared_spark(settings: SparkSettings | None = None, *, wait: bool = True) ->
                 "the shared Spark already runs with %s; asked for %s (stop_spark() to restart)", running, settings
             )
     return handle
+
+
+def _job_group(batch_id: int) -> str:
+    return f"rayflow-batch-{batch_id}"
+
+
+def root_cause(exc: BaseException) -> str:
+    """What went wrong at the bottom of ``exc``: through Ray's task errors (``cause``), Python's
+    exception chain and py4j's Java exception, the innermost error as ``Type: first line``."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "cause", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.toString())
+        except Exception:  # the JVM may be gone: fall back to py4j's text
+            pass
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
 
 
 @functools.cache

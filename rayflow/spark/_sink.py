@@ -7,6 +7,16 @@ are held and acked when the call has returned, or failed if it raised -- checked
 and every tick -- so a Spark job of several seconds never stalls the task's event loop. At most
 ``MAX_INFLIGHT`` batches of a task are in Spark at once; sealed batches queue behind them, and
 the spouts' ``max_spout_pending`` bounds how many tuples that can be.
+
+Batches grow while Spark is busy, as Structured Streaming's micro-batches do: a batch goes
+when it is full, when it is ``batch_secs`` old, or -- whatever its size -- when Spark has room
+for it and it has lingered ``LINGER_SECS``. So the defaults work whatever the spouts' pending
+budget: a batch never waits for rows the spouts are not allowed to send.
+
+When the shared Spark cannot start, the sink reports why (the cause, once per attempt), holds
+its tuples -- resetting their timeouts, so that the spouts' pending budgets fill and they stop
+emitting instead of replaying -- and tries again after ``RETRY_SECS``, doubling up to
+``RETRY_MAX_SECS``. Nothing is failed for it, so nothing is replayed in a loop.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .._components import Bolt
 from .._dotted import DottedPathError, resolve
 from .._errors import ConfigError, RayflowError
+from ._session import SparkUnavailableError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,8 +49,17 @@ logger = logging.getLogger("rayflow")
 
 MAX_INFLIGHT = 2
 """Batches one sink task may have in Spark at once: one being written while the next is built."""
-RESULT_POLL_SECS = 0.5
-"""Ticks come at least this often, so a finished batch is acked soon even when no tuple arrives."""
+RESULT_POLL_SECS = 0.02
+"""Ticks come at least this often, so a finished batch is acked soon even when no tuple arrives
+(when the spouts have used their pending budget, none does until it is)."""
+LINGER_SECS = 0.05
+"""How long a batch gathers at least before it goes to a Spark with room for it (so that a trickle
+of tuples does not become a Spark job, and a file, per tuple)."""
+BATCH_ID_BLOCK = 1024
+"""Batch ids a sink task claims from the shared Spark at a time."""
+RETRY_SECS = 5.0
+RETRY_MAX_SECS = 60.0
+"""The first and the longest wait before a sink tries again to reach a Spark that did not start."""
 
 ForeachBatch = Callable[["DataFrame", int], Any]
 
@@ -87,10 +107,16 @@ class Batcher:
             return self._open.pop(key)
         return None
 
-    def due(self, now: float) -> list[Batch]:
-        """Seal and return the batches that have waited ``batch_secs`` or longer."""
-        keys = [key for key, batch in self._open.items() if now - batch.opened >= self.batch_secs]
+    def due(self, now: float, age: float | None = None) -> list[Batch]:
+        """Seal and return the batches that have waited ``age`` (default ``batch_secs``) or longer."""
+        age = self.batch_secs if age is None else age
+        keys = [key for key, batch in self._open.items() if now - batch.opened >= age]
         return [self._open.pop(key) for key in keys]
+
+    def tuples(self) -> Iterator[Tuple]:
+        """The tuples of the open batches."""
+        for batch in self._open.values():
+            yield from batch.tuples
 
     def __len__(self) -> int:
         return sum(len(batch.tuples) for batch in self._open.values())
@@ -99,22 +125,27 @@ class Batcher:
 @dataclass
 class _InFlight:
     batch_id: int
+    batch: Batch
     tuples: list[Tuple]
     result: Future[Any]
+    sent: float
 
 
 class DataFrameSink(Bolt):
     """Writes its input to Spark: every batch of tuples becomes a DataFrame whose columns are the
     input fields, and ``foreach_batch(df, batch_id)`` runs on it in the shared Spark.
 
-    - A batch is sealed at ``batch_rows`` tuples, or ``batch_secs`` after its first tuple came.
+    - A batch is sealed at ``batch_rows`` tuples, or ``batch_secs`` after its first tuple came,
+      or sooner when Spark has room for it (after ``LINGER_SECS``): batches grow while Spark is
+      busy, and a batch never waits for rows the spouts' pending budget holds back.
     - Its tuples are acked once ``foreach_batch`` has returned. If it raises, they are failed
       (their spouts replay them) and the error is reported (``metrics()[id]["errors"]``); the
       topology carries on. So a batch is written at least once: make ``foreach_batch``
       idempotent per ``batch_id`` (``write_parquet`` is) and de-duplicate downstream by a key.
     - ``batch_id`` increases within a task's run and is unique across the sink's tasks and
-      across restarts of a task (it counts from the task's start time in milliseconds), so that
-      tasks writing to one place never overwrite each other's batches.
+      across restarts of a task: tasks claim blocks of ids from one counter in the shared Spark,
+      not from their clocks, so that tasks writing to one place never overwrite each other's
+      batches, whatever the clocks of the nodes they are restarted on.
     - Column types are inferred from the first batch with a value for the field, or declared
       with ``schema`` (``{"count": "int64"}`` or a ``pyarrow.Schema``). A value that does not fit
       its column fails its tuple, with a ``SchemaMismatchError`` naming the field; the rest of
@@ -124,10 +155,18 @@ class DataFrameSink(Bolt):
     - The shared Spark starts when the first sink task starts (``prepare`` waits for it, ~25 s);
       the topology config's ``spark.*`` keys configure it: ``spark.executor.instances``,
       ``spark.executor.cores`` and ``spark.executor.memory`` (default 1, 1, ``1g``) size it, the
-      others go to Spark as they are. If it already runs, it is used as it is.
+      others go to Spark as they are. If it already runs, it is used as it is. It runs beside a
+      driver's own ``spark_session()``.
+    - If Spark cannot start, the sink reports why (``SparkUnavailableError`` with the cause, in
+      ``metrics()[id]["errors"]`` and the log), holds its tuples with their timeouts reset (the
+      spouts stop at their pending budget; nothing is failed or replayed) and tries again after
+      5 s, then at most every 60 s.
 
     Keep ``batch_secs`` plus the time a ``foreach_batch`` takes well under the topology's
     ``message_timeout_secs``, or held tuples time out and are replayed (duplicates, not loss).
+    A ``foreach_batch`` that has not returned within ``message_timeout_secs`` is given up on:
+    its tuples are failed, a ``ForeachBatchError`` says so, its Spark jobs are cancelled and
+    its place goes to the next batch (a call stuck outside Spark runs on; its result is ignored).
 
     Example::
 
@@ -164,56 +203,117 @@ class DataFrameSink(Bolt):
         return {"tick_tuple_freq_secs": min(self.batch_secs, RESULT_POLL_SECS)}
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
-        from ._shared import settings_from_conf, shared_spark
+        from ._shared import settings_from_conf
 
         self._collector = collector
-        tasks = context.get_component_tasks(context.this_component_id)
-        self._tasks = len(tasks)
-        self._index = tasks.index(context.this_task_id)
-        self._next_seq = int(time.time() * 1000)
+        self._name = context.this_component_id
         self._batcher = Batcher(self.batch_rows, self.batch_secs)
         self._builders: dict[tuple[str, ...], TableBuilder] = {}
         self._sealed: deque[Batch] = deque()
         self._inflight: list[_InFlight] = []
+        self._ids = range(0)
         timeout = conf.get("message_timeout_secs")
         if timeout and self.batch_secs >= timeout / 2:
             logger.warning(
                 "sink %r: batch_secs=%s is not well under message_timeout_secs=%s: tuples may time out and replay",
-                context.this_component_id,
+                self._name,
                 self.batch_secs,
                 timeout,
             )
+        self._hold_reset_secs = (timeout or 30) / 3
+        self._deadline_secs = float(timeout or 30)
         self._settings = settings_from_conf(conf)
         self._spark: Any = None
-        self._spark = shared_spark(self._settings)  # waits until Spark is up; raises if it cannot start
+        self._retry_at = 0.0
+        self._retry_wait = RETRY_SECS
+        self._held_reset_at = 0.0
+        self._connect()  # waits until Spark is up (~25 s the first time)
 
     def execute(self, tup: Tuple) -> None:
         now = time.monotonic()
+        self._collect(now)
         if tup.is_tick():  # untracked: nothing to ack
             self._sealed.extend(self._batcher.due(now))
         else:
             full = self._batcher.add(tup, now)
             if full is not None:
                 self._sealed.append(full)
-        self._collect()
-        self._submit()
+        if not self._sealed and len(self._inflight) < MAX_INFLIGHT:  # Spark has room: what waited goes
+            self._sealed.extend(self._batcher.due(now, LINGER_SECS))
+        if self._sealed:
+            self._submit(now)
 
     # -- batches to Spark and back -------------------------------------------------------------
-    def _submit(self) -> None:
+    def _submit(self, now: float) -> None:
+        if self._spark is None and (now < self._retry_at or not self._connect()):
+            self._hold(now)
+            return
         while self._sealed and len(self._inflight) < MAX_INFLIGHT:
             batch = self._sealed.popleft()
             table, tuples = self._table(batch)
             if table is None:
                 continue
-            entry = _InFlight(self._next_seq * self._tasks + self._index, tuples, Future())
-            self._next_seq += 1
+            entry = _InFlight(self._next_batch_id(), batch, tuples, Future(), now)
             try:
-                ref = self._shared_spark().foreach_batch.remote(self.foreach_batch, table, entry.batch_id)
+                ref = self._spark.foreach_batch.remote(self.foreach_batch, table, entry.batch_id)
                 entry.result = ref.future()
             except Exception as exc:  # could not even hand it over: fail it like a failed call
                 entry.result.set_exception(exc)
             self._inflight.append(entry)
-        self._collect()
+
+    def _connect(self) -> bool:
+        """Reach the shared Spark, starting it if need be; if it cannot start, say why and when
+        the next attempt is."""
+        from ._shared import root_cause, shared_spark
+
+        try:
+            self._spark = shared_spark(self._settings)
+            if not self._ids:
+                self._claim_ids()
+        except SparkUnavailableError as exc:
+            self._spark_unavailable(exc)
+            return False
+        except Exception as exc:  # the actor died on the way, or Ray could not reach it
+            unreachable = SparkUnavailableError(f"the shared Spark cannot be reached: {root_cause(exc)}")
+            unreachable.__cause__ = exc
+            self._spark_unavailable(unreachable)
+            return False
+        self._retry_wait = RETRY_SECS
+        return True
+
+    def _spark_unavailable(self, exc: BaseException) -> None:
+        self._spark = None
+        self._retry_at = time.monotonic() + self._retry_wait
+        error = SparkUnavailableError(
+            f"sink {self._name!r}: {exc} -- its tuples are held (not failed) and Spark is tried again in "
+            f"{self._retry_wait:.0f} s"
+        )
+        error.__cause__ = exc
+        self._collector.report_error(error)
+        self._retry_wait = min(2 * self._retry_wait, RETRY_MAX_SECS)
+
+    def _hold(self, now: float) -> None:
+        """Keep the held tuples' trees alive while Spark is unavailable, so that the spouts stop at
+        their pending budget rather than replay what times out."""
+        if now < self._held_reset_at:
+            return
+        self._held_reset_at = now + self._hold_reset_secs
+        for batch in self._sealed:
+            for tup in batch.tuples:
+                self._collector.reset_timeout(tup)
+        for tup in self._batcher.tuples():
+            self._collector.reset_timeout(tup)
+
+    def _next_batch_id(self) -> int:
+        if not self._ids:
+            self._claim_ids()
+        batch_id = self._ids[0]
+        self._ids = self._ids[1:]
+        return batch_id
+
+    def _claim_ids(self) -> None:
+        first: int = self._spark.claim_batch_ids.remote(BATCH_ID_BLOCK).future().result()
+        self._ids = range(first, first + BATCH_ID_BLOCK)
 
     def _table(self, batch: Batch) -> tuple[pa.Table | None, list[Tuple]]:
         """The batch as an Arrow table, and its tuples that are in it; the others are failed."""
@@ -230,24 +330,57 @@ class DataFrameSink(Bolt):
             self._collector.fail(batch.tuples[row])
         return built.table, [tup for row, tup in enumerate(batch.tuples) if row not in rejected]
 
-    def _collect(self) -> None:
-        """Ack the tuples of every batch whose ``foreach_batch`` returned, fail those that raised."""
+    def _collect(self, now: float) -> None:
+        """Ack the tuples of every batch whose ``foreach_batch`` returned, fail those that raised
+        or have not returned within the deadline; a batch that found Spark unavailable is held
+        again, in order, not failed."""
         inflight = self._inflight
-        if not inflight or not any(entry.result.done() for entry in inflight):
+        if not inflight or not any(entry.result.done() or self._overdue(entry, now) for entry in inflight):
             return
         self._inflight = []
+        unavailable: list[Batch] = []
         for entry in inflight:
             if not entry.result.done():
-                self._inflight.append(entry)
+                if self._overdue(entry, now):
+                    self._give_up(entry)
+                else:
+                    self._inflight.append(entry)
                 continue
             error = entry.result.exception()
             if error is None:
                 for tup in entry.tuples:
                     self._collector.ack(tup)
+            elif isinstance(error, SparkUnavailableError) or isinstance(
+                getattr(error, "cause", None), SparkUnavailableError
+            ):
+                unavailable.append(Batch(entry.batch.fields, entry.batch.opened, entry.tuples))
+                if self._spark is not None:
+                    self._spark_unavailable(error)
             else:
                 for tup in entry.tuples:
                     self._collector.fail(tup)
                 self._collector.report_error(self._describe(error, entry))
+        self._sealed.extendleft(reversed(unavailable))
+
+    def _overdue(self, entry: _InFlight, now: float) -> bool:
+        return now - entry.sent >= self._deadline_secs
+
+    def _give_up(self, entry: _InFlight) -> None:
+        """``foreach_batch`` has run for ``message_timeout_secs``: its tuples have timed out at
+        their spouts and are being replayed, so its slot goes to the next batch. Its Spark jobs
+        are cancelled; a call stuck outside Spark runs on, and its result is ignored."""
+        for tup in entry.tuples:
+            self._collector.fail(tup)
+        self._collector.report_error(
+            ForeachBatchError(
+                f"batch {entry.batch_id} ({len(entry.tuples)} rows): foreach_batch did not return within "
+                f"{self._deadline_secs:g} s (message_timeout_secs); its tuples are failed and replayed and its "
+                "Spark jobs cancelled. Make foreach_batch faster, batches smaller (batch_rows), or raise "
+                "message_timeout_secs"
+            )
+        )
+        if self._spark is not None:
+            self._spark.cancel_batch.remote(entry.batch_id)
 
     def _describe(self, error: BaseException, entry: _InFlight) -> ForeachBatchError:
         import ray
@@ -265,10 +398,3 @@ class DataFrameSink(Bolt):
         )
         described.__cause__ = cause or error
         return described
-
-    def _shared_spark(self) -> Any:
-        if self._spark is None:
-            from ._shared import shared_spark
-
-            self._spark = shared_spark(self._settings, wait=False)  # calls queue until it is up
-        return self._spark

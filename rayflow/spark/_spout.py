@@ -69,7 +69,7 @@ class DataFrameSpout(Spout):
     ``source`` is a ``pyspark.sql.DataFrame`` (made by raydp's Spark: ``spark_session()`` or
     inside ``run_in_spark``), a ``ray.data.Dataset``, or the path of a Parquet file or directory.
     It is read when the spout is built: a DataFrame or Dataset is computed into Ray's object
-    store then (a DataFrame through ``ray.data.from_spark``), Parquet only has its metadata
+    store then (a DataFrame collected as Arrow through its Spark driver), Parquet only has its metadata
     read. Parquet paths must be readable from the nodes the spout tasks run on.
 
     ``fields`` chooses the columns to emit, in that order (default: every column). A row's
@@ -187,12 +187,16 @@ def _dataset_parts(dataset: Any) -> tuple[list[_Part], list[str]]:
 
 
 def _dataframe_parts(frame: Any) -> tuple[list[_Part], list[str]]:
-    import ray.data
-    from raydp.spark import release_spark_recoverable
+    """The DataFrame computed and collected as Arrow record batches through its Spark driver,
+    each put in Ray's object store. Not ``ray.data.from_spark``: that finds Spark's executors by
+    name in the calling process's Ray namespace, which the shared Spark's are not in
+    (``JVM_NAMESPACE`` in ``_shared.py``), and there it hangs."""
+    import ray
 
-    parts, _ = _dataset_parts(ray.data.from_spark(frame))
-    # The blocks are in Ray's object store now: Spark need not keep its cached copy.
-    release_spark_recoverable(frame)
+    parts: list[_Part] = []
+    for batch in frame._collect_as_arrow():
+        if batch.num_rows:
+            parts.append(_BlockPart(ray.put(pa.Table.from_batches([batch])), batch.num_rows))
     return parts, list(frame.columns)
 
 

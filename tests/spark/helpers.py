@@ -33,6 +33,19 @@ class FailingWriter:
         write_parquet(self.path)(df, batch_id)
 
 
+class HangingWriter:
+    """``write_parquet(path)``, except that its first call runs a Spark job that would take hours."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        _calls[self.path] += 1
+        if _calls[self.path] == 1:
+            df.sparkSession.range(0, 10**13, numPartitions=1).selectExpr("sum(id)").collect()
+        write_parquet(self.path)(df, batch_id)
+
+
 def record_rows(df: Any, batch_id: int) -> None:
     """Hand the batch's rows to the test's board (``tests.topology_helpers.Board`` named BOARD)."""
     board = ray.get_actor(BOARD, namespace=BOARD_NAMESPACE)

@@ -17,7 +17,7 @@ from rayflow.testing import FeederSpout
 
 from ..conftest import eventually
 from ..topology_helpers import Board
-from .helpers import BOARD, BOARD_NAMESPACE, FailingWriter, numbers_spout, read_rows, record_rows
+from .helpers import BOARD, BOARD_NAMESPACE, FailingWriter, HangingWriter, numbers_spout, read_rows, record_rows
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
@@ -108,6 +108,56 @@ class TestDataFrameSink:
         metrics = handle.metrics()
         assert metrics["sink"]["errors"] == 2 and "simulated failure" in metrics["sink"]["last_error"]
         assert metrics["rows"]["failed"] >= 2 and metrics["rows"]["acked"] == 1000
+
+    def test_a_batch_that_does_not_return_is_given_up_on_and_its_spark_job_cancelled(
+        self, spark: RunInSpark, tmp_path: Path
+    ) -> None:
+        """The first ``foreach_batch`` runs a Spark job of hours: past ``message_timeout_secs``
+        the sink fails the batch and cancels the job, which frees Spark for the replay."""
+        builder = TopologyBuilder()
+        builder.set_spout("rows", DataFrameSpout(ray.data.from_arrow(rows_table(200))))
+        sink = DataFrameSink(HangingWriter(str(tmp_path / "out")), batch_secs=0.5)
+        builder.set_bolt("sink", sink).shuffle_grouping("rows")
+        handle = submit_to_ray("spark-deadline", Config(message_timeout_secs=4), builder.create_topology())
+        try:
+            assert handle.wait(timeout=90)
+            metrics = handle.metrics()
+        finally:
+            handle.kill()
+        ids = {row[0] for row in spark(read_rows, str(tmp_path / "out"), ["id"])}
+        assert ids == set(range(200))  # at least once: a row of a batch that timed out may come twice
+        assert metrics["sink"]["errors"] >= 1 and "did not return within 4 s" in metrics["sink"]["last_error"]
+
+
+class TestBesideTheDriversSpark:
+    def test_a_sink_writes_while_the_driver_holds_its_own_spark_session(
+        self, driver_spark: Any, submit: Any, tmp_path: Path
+    ) -> None:
+        """Issue 21: after the driver's ``spark_session()`` the shared Spark could not start
+        ("Actor of name RAY_APP_MASTER exists": both Sparks' Java sides named their application
+        master in the job's namespace) and every batch failed and was replayed forever. A spout
+        over the driver's DataFrame, a sink into Parquet, read back by the driver's Spark."""
+        frame = driver_spark.range(500).selectExpr("id", "concat('w', CAST(id % 7 AS STRING)) AS word")
+        builder = TopologyBuilder()
+        builder.set_spout("rows", DataFrameSpout(frame))
+        builder.set_bolt("sink", DataFrameSink(write_parquet(tmp_path / "out"))).shuffle_grouping("rows")
+        handle = submit(builder)
+        assert handle.wait(timeout=120)
+        rows = driver_spark.read.parquet(str(tmp_path / "out")).select("id", "word").collect()
+        assert sorted(tuple(row) for row in rows) == [(i, f"w{i % 7}") for i in range(500)]
+        metrics = handle.metrics()
+        assert metrics["rows"]["failed"] == 0 and metrics["sink"]["errors"] == 0
+
+
+class TestSharedSpark:
+    def test_batch_id_blocks_never_overlap(self, spark: RunInSpark) -> None:
+        """Sink tasks claim their batch ids from the shared Spark's one counter (issue 20: ids
+        from a restarted task's clock could repeat an acked batch's)."""
+        from rayflow.spark._shared import shared_spark
+
+        handle = shared_spark()
+        firsts = ray.get([handle.claim_batch_ids.remote(1024) for _ in range(8)])
+        assert sorted(firsts) == [min(firsts) + 1024 * i for i in range(8)]
 
 
 class TestDataFrameSpout:
