@@ -64,7 +64,8 @@ def _path_hint(missing: ModuleNotFoundError | None) -> str:
 def _lookup(obj: Any, owner: str, names: list[str], dotted: str, missing: ModuleNotFoundError | None) -> Any:
     for name in names:
         if not hasattr(obj, name):
-            if missing is not None:
+            if missing is not None and missing.name == f"{owner}.{name}" and hasattr(obj, "__path__"):
+                # A package without that submodule (not a module or class without that name).
                 raise DottedPathError(f"cannot import {dotted}: {missing}{_path_hint(missing)}")
             public = [n for n in dir(obj) if not n.startswith("_")]
             raise DottedPathError(f"cannot import {dotted}: no {name!r} in {owner}{did_you_mean(name, public)}")

@@ -2,8 +2,9 @@
 
 A grouping object is declared once in the builder, then every source task gets its own copy
 (the topology is pickled per task) and calls ``prepare`` once, then ``choose_tasks`` per tuple.
-Hashing is stable across processes (CRC-32 of the values, never Python's salted ``hash``), so
-every task of a source agrees on where a key goes.
+Hashing is stable across processes (CRC-32 of ``key_bytes``, never Python's salted ``hash`` of
+a string), so every task of a source agrees on where a key goes, and equal keys (``1``, ``1.0``,
+``Decimal(1)``; ``{"a", "b"}`` and ``{"b", "a"}``) go to one task.
 
 Public: ``CustomStreamGrouping`` (the protocol a user's grouping implements) and ``StreamId``,
 both re-exported by ``rayflow``. The built-in groupings are chosen through ``BoltDeclarer``'s
@@ -13,9 +14,12 @@ private: they may change without notice.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import numbers
 import random
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ._errors import EmitError
@@ -36,6 +40,7 @@ __all__ = [
     "PartialKeyGrouping",
     "ShuffleGrouping",
     "StreamId",
+    "key_bytes",
     "stable_hash",
 ]
 
@@ -60,26 +65,67 @@ class CustomStreamGrouping(Protocol):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]: ...
 
 
-def _value_bytes(value: Any) -> bytes:
+def key_bytes(value: Any) -> bytes:
+    """The bytes a grouped value is hashed by: equal values (``==``) give equal bytes, in every
+    process whatever its ``PYTHONHASHSEED``.
+
+    Strings and bytes are their own bytes. Numbers are keyed by Python's numeric hash, which the
+    language defines alike for equal numbers of any type (``1``, ``1.0``, ``True``,
+    ``Decimal(1)``, ``Fraction(1)``, ``numpy.int64(1)``) and which is not salted. Tuples and
+    lists key on their items in order; sets and dicts on their items in any order (their
+    iteration order differs between processes). An aware ``datetime`` keys on its UTC time, a
+    dataclass on its compared fields. Any other value is keyed by its ``repr``: a key of a
+    class of your own needs a ``repr`` that equal values share."""
+    kind = type(value)
+    if kind is str:
+        return value.encode("utf-8", "surrogatepass")  # type: ignore[no-any-return]
+    if kind is int or kind is bool:
+        return hash(value).to_bytes(8, "little", signed=True)
+    if kind is float:
+        return b"nan" if value != value else hash(value).to_bytes(8, "little", signed=True)
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    if isinstance(value, (bytes, bytearray)):
+        return str.encode(value, "utf-8", "surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):
-        value = value.item()  # a numpy scalar: key on the Python number it equals
-    # 1, 1.0 and True are equal keys, so they must go to one task.
-    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
-        value = int(value)
-    # repr is stable across processes for numbers, strings and containers of them
-    # (sets and dicts of strings are not: key on something ordered instead).
+    if isinstance(value, (tuple, list)):
+        return b"(" + b"\x1f".join(
+            [item.encode("utf-8", "surrogatepass") if type(item) is str else key_bytes(item) for item in value]
+        )
+    if isinstance(value, numbers.Number):
+        try:
+            return b"nan" if value != value else hash(value).to_bytes(8, "little", signed=True)
+        except Exception:  # a signalling NaN can be neither compared nor hashed
+            return repr(value).encode()
+    if isinstance(value, (set, frozenset)):
+        return b"{" + _sum_bytes(zlib.crc32(key_bytes(item)) for item in value)
+    if isinstance(value, dict):
+        return b"<" + _sum_bytes(zlib.crc32(_crc_bytes(k) + _crc_bytes(v)) for k, v in value.items())
+    if isinstance(value, datetime.datetime):
+        if value.utcoffset() is not None:
+            value = value.astimezone(datetime.timezone.utc)
+        value = value.replace(fold=0)  # == ignores fold; repr shows it
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        compared = [getattr(value, f.name) for f in dataclasses.fields(value) if f.compare]
+        return kind.__qualname__.encode() + key_bytes(compared)
+    elif kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # numpy.bool_: not a Number
+        return key_bytes(value.item())
     return repr(value).encode("utf-8", "surrogatepass")
 
 
+def _crc_bytes(value: Any) -> bytes:
+    return zlib.crc32(key_bytes(value)).to_bytes(4, "little")
+
+
+def _sum_bytes(hashes: Iterable[int]) -> bytes:
+    """An order-independent digest of the items' hashes."""
+    return (sum(hashes) & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
+
+
 def stable_hash(values: Sequence[Any]) -> int:
-    """A process-independent hash of ``values``."""
+    """A process-independent hash of ``values``, equal for equal ``values`` (see ``key_bytes``)."""
     h = 0
     for v in values:
-        h = zlib.crc32(_value_bytes(v), h)
+        h = zlib.crc32(key_bytes(v), h)
     return h
 
 
@@ -119,6 +165,9 @@ class ShuffleGrouping(Grouping):
     tuples, are what parallelism multiplies."""
 
     kind = "shuffle"
+    rng: random.Random | None = None
+    """What shuffles the round in ``prepare``: ``None`` is the ``random`` module (on Ray, each
+    task its own order); the in-process runner sets a seeded generator so that a run repeats."""
 
     def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
         super().prepare(context, stream, target_tasks)
@@ -131,7 +180,7 @@ class ShuffleGrouping(Grouping):
 
     def _order(self, context: TopologyContext) -> list[list[int]]:
         order = [[t] for t in self.targets]
-        random.shuffle(order)
+        (self.rng or random).shuffle(order)
         return order
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
@@ -186,7 +235,7 @@ class LocalOrShuffleGrouping(ShuffleGrouping):
         here = context.get_task_node(context.this_task_id)
         local = [t for t in self.targets if here is not None and context.get_task_node(t) == here]
         order = [[t] for t in (local or self.targets)]
-        random.shuffle(order)
+        (self.rng or random).shuffle(order)
         return order
 
 
@@ -210,7 +259,7 @@ class FieldsGrouping(Grouping):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if len(self._positions) == 1:
             v = values[self._positions[0]]
-            h = zlib.crc32(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) else stable_hash((v,))
+            h = zlib.crc32(v.encode("utf-8", "surrogatepass") if type(v) is str else key_bytes(v))
         else:
             h = stable_hash([values[p] for p in self._positions])
         return self._singles[h % len(self._singles)]

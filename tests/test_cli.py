@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rayflow._cli import MEANING, ExitCode, app, console, flow_order
+from rayflow._cli.commands import show_debug_log
 from rayflow._cli.monitor import Monitor
 from rayflow.topology_file import load_topology
 from rayflow.topology_file._drawing import to_dot, to_mermaid
@@ -369,6 +371,51 @@ class TestMonitor:
         live = out[: out.index("summary after")]
         assert "odd: 25 error(s), the last: ValueError: odd number 49" in live
         assert "odd: 25 error(s), the last: ValueError: odd number 49" in err  # and again after the summary
+
+    @pytest.mark.parametrize("terminal", [False, True])
+    def test_ids_and_errors_are_shown_as_written_not_as_markup(self, topology_file, terminal: bool) -> None:
+        """A component id, a topology name or an error may contain what rich reads as markup."""
+        loaded = load_topology(
+            topology_file(
+                """\
+                name: "[bold]t"
+                spouts:
+                  - {id: "[/x]", class: tests.topology_file_components.WordSpout}
+                bolts:
+                  - {id: "[red]up", class: tests.topology_file_components.Upper}
+                streams:
+                  - {from: "[/x]", to: "[red]up", grouping: {type: shuffle}}
+                """
+            )
+        )
+        c = self.component
+        metrics = {
+            "[/x]": c(emitted=3, acked=3, pending=0, exhausted=True),
+            "[red]up": c(executed=3, errors=1, last_error="KeyError: '[/b]'"),
+        }
+        _, out, err = self.run(loaded, metrics, terminal=terminal)
+        assert "[bold]t: summary after" in out
+        table = out[out.index("summary after") :].splitlines()
+        assert [line.split()[:2] for line in table if re.match(r"\s+\S+ (spout|bolt)\s", line)] == [
+            ["[/x]", "spout"],
+            ["[red]up", "bolt"],
+        ]
+        assert "[red]up: 1 error(s), the last: KeyError: '[/b]'" in err
+
+
+def test_with_topology_debug_the_run_shows_the_emits_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rayflow run`` of a topology with ``topology.debug`` shows the INFO records its tasks'
+    emits become on the driver (once, however often it is set up)."""
+    logger = logging.getLogger("rayflow")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        show_debug_log()
+        show_debug_log()
+        logger.info("[t task 3 (bolt 'count'), pid 7] count:3 emit default ['a']")
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+    assert capsys.readouterr().err == "[t task 3 (bolt 'count'), pid 7] count:3 emit default ['a']\n"
 
 
 class TestRun:

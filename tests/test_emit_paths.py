@@ -97,7 +97,7 @@ class ScriptedSpout(Spout):
         self.round = 0
 
     def next_tuple(self) -> None:
-        if self.round == INPUTS:
+        if self.round == INPUTS or not self.script:  # an empty script emits nothing: done at once
             self.collector.exhausted()
             return
         for k, (stream, word, n) in enumerate(self.script):

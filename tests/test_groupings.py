@@ -6,12 +6,20 @@ The source is a "words" spout with tasks 1 and 2 emitting ``[word, n]``; the sub
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
+import pickle
 import subprocess
 import sys
 import zlib
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -248,9 +256,137 @@ class TestCustom:
             grouping.choose_tasks(1, ["w", 1])
 
 
+HASHER = """\
+import base64, json, pickle, sys
+from rayflow._groupings import stable_hash
+print(json.dumps([hash("salted"), list({str(i) for i in range(20)})]), flush=True)
+for line in sys.stdin:
+    keys = pickle.loads(base64.b64decode(line))
+    print(json.dumps([stable_hash([k]) for k in keys]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def hashers() -> Iterator[list[subprocess.Popen[str]]]:
+    """Two processes that hash the keys they are sent, with PYTHONHASHSEED 1 and 2."""
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", HASHER],
+            env=env | {"PYTHONHASHSEED": seed},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("1", "2")
+    ]
+    try:
+        first = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+        assert first[0][0] != first[1][0], "the seeds should salt str hashes differently"
+        assert first[0][1] != first[1][1], "the seeds should order a set of strings differently"
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+    note: str = field(default="", compare=False)
+
+
+_NUMBERS = (
+    st.integers()
+    | st.floats(allow_nan=False)
+    | st.decimals(min_value=-(10**6), max_value=10**6, allow_nan=False)
+    | st.fractions(max_denominator=1000)
+)
+_ATOMS = st.none() | st.booleans() | _NUMBERS | st.text(max_size=6) | st.binary(max_size=6)
+_HASHABLE = st.recursive(_NUMBERS | st.text(max_size=6), lambda inner: st.tuples(inner, inner), max_leaves=4)
+KEYS = st.recursive(
+    _ATOMS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=4).map(tuple)
+        | st.frozensets(_HASHABLE, max_size=6)
+        | st.sets(st.text(max_size=4), max_size=8)
+        | st.dictionaries(_HASHABLE, inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+"""Keys a fields grouping may be given: numbers of every type, text, bytes, and containers."""
+
+
+@st.composite
+def twins(draw: st.DrawFn, key: Any) -> Any:
+    """A value equal to ``key`` (``==``) built of other types, or in another order."""
+    if isinstance(key, bool) or key is None or isinstance(key, (str, bytes)):
+        return key
+    if isinstance(key, (int, float, Decimal, Fraction)):
+        exact: list[Any] = [key, Decimal(key)] if isinstance(key, (int, float)) else [key]
+        if math.isfinite(key):
+            exact.append(Fraction(key))
+        if isinstance(key, int) and abs(key) < 2**53:
+            exact += [float(key), complex(key, 0)]
+        if key in (0, 1):
+            exact.append(bool(key))
+        return draw(st.sampled_from(exact))
+    if isinstance(key, (list, tuple)):
+        return type(key)(draw(twins(item)) for item in key)
+    if isinstance(key, (set, frozenset)):
+        items = [draw(twins(item)) for item in key]
+        return draw(st.sampled_from([set, frozenset]))(reversed(items))
+    assert isinstance(key, dict)
+    return {draw(twins(k)): draw(twins(v)) for k, v in reversed(key.items())}
+
+
 class TestEqualKeys:
     def test_equal_numbers_hash_alike(self):
         """1, 1.0 and True are equal keys in Python, so a fields grouping sends them to one task."""
         assert stable_hash([1]) == stable_hash([1.0]) == stable_hash([True])
         assert stable_hash([0]) == stable_hash([False]) == stable_hash([0.0])
         assert stable_hash([1.5]) != stable_hash([1])
+
+    @settings(max_examples=300, deadline=None)
+    @given(data=st.data())
+    def test_equal_keys_of_any_type_meet(self, data: st.DataObject):
+        """A key and an equal key of other types (``2``, ``2.0``, ``Decimal(2)``,
+        ``Fraction(2)``), in containers, sets and dicts built in another order: one task, for
+        fields and partial-key groupings alike."""
+        key = data.draw(KEYS, label="key")
+        twin = data.draw(twins(key), label="twin")
+        assert twin == key
+        assert stable_hash([twin, 1]) == stable_hash([key, 1])
+        assert prepared(FieldsGrouping(["word"])).choose_tasks(1, [twin, 0]) == prepared(
+            FieldsGrouping(["word"])
+        ).choose_tasks(1, [key, 0])
+        original, other = prepared(PartialKeyGrouping(["word"])), prepared(PartialKeyGrouping(["word"]))
+        assert [other.choose_tasks(1, [twin, i]) for i in range(4)] == [
+            original.choose_tasks(1, [key, i]) for i in range(4)
+        ]
+
+    def test_equal_instants_meet(self):
+        """Aware datetimes are equal when they are the same instant, whatever their zones."""
+        utc = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+        assert stable_hash([utc]) == stable_hash([utc.astimezone(timezone(timedelta(hours=5, minutes=30)))])
+        assert stable_hash([utc]) != stable_hash([utc + timedelta(seconds=1)])
+
+    def test_dataclasses_key_on_their_compared_fields(self):
+        assert stable_hash([Point(1, 2.0, note="a")]) == stable_hash([Point(1.0, 2, note="b")])
+        assert stable_hash([Point(1, 2)]) != stable_hash([Point(2, 1)])
+
+    @settings(max_examples=150, deadline=None)
+    @given(keys=st.lists(KEYS, min_size=1, max_size=8))
+    def test_every_process_hashes_alike(self, keys: list[Any], hashers: list[subprocess.Popen[str]]):
+        """Processes started with other PYTHONHASHSEEDs, given the same keys (pickled: their
+        sets and dicts are rebuilt there, in those processes' order), hash them as this one."""
+        here = [stable_hash([k]) for k in keys]
+        line = base64.b64encode(pickle.dumps(keys)).decode() + "\n"
+        for proc in hashers:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline()) == here

@@ -11,6 +11,7 @@ and where it must show that something does *not* happen it watches for a short, 
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import Counter
@@ -243,3 +244,21 @@ def test_spout_errors_are_reported_in_the_metrics(submit: Submit) -> None:
     spout = handle.metrics()["in"]
     assert spout["acked"] == 3 and spout["errors"] >= 3 and "flaky source" in spout["last_error"]
     assert spout["alive"] and spout["restarts"] == 0
+
+
+def test_what_tasks_log_reaches_the_driver(submit: Submit, caplog: pytest.LogCaptureFixture) -> None:
+    """Ray's workers' output is not sent to the driver, yet a component's errors (with their
+    traceback) and topology.debug's emits are logged by the driver's "rayflow" logger, and say
+    which task and process they came from."""
+    caplog.set_level(logging.INFO, logger="rayflow")
+    builder = TopologyBuilder()
+    builder.set_spout("in", Flaky())
+    builder.set_bolt("sink", Sink()).shuffle_grouping("in")
+    submit(builder, {"topology.debug": True})
+
+    def logged(level: int, *parts: str) -> bool:
+        return any(r.levelno == level and all(p in r.getMessage() for p in parts) for r in caplog.records)
+
+    where = "[test task "
+    assert eventually(lambda: logged(logging.ERROR, where, "RuntimeError: flaky source", "Traceback"), DEADLINE)
+    assert eventually(lambda: logged(logging.INFO, where, "in:", " emit default [2] msg_id=2"), DEADLINE)

@@ -8,6 +8,7 @@ connects to Ray, ``monitor`` watches the run and ``exit_codes`` says what its ex
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -136,6 +137,8 @@ def run(
 ) -> None:
     """Submit a topology and watch it live (see ``RUN_HELP``)."""
     loaded = load(file, set_, properties)
+    if loaded.config.debug:
+        show_debug_log()
     from .._runtime import submit_topology  # Ray is imported by the one command that needs it
 
     with ray_connection(address):
@@ -148,6 +151,26 @@ def run(
             raise typer.Exit(ExitCode.NOT_STARTED) from None
         outcome = Monitor(handle, loaded, duration).run()
     raise typer.Exit(outcome)
+
+
+class _Stderr(logging.Handler):
+    """Writes to ``sys.stderr`` as it is at each record (the live view redirects it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def show_debug_log() -> None:
+    """``topology.debug``'s emits are INFO records of the ``rayflow`` logger (each task's are
+    carried to this process, see ``rayflow._runtime.task_logs``), which Python does not show
+    unless told: show them on stderr, with the warnings and errors."""
+    logger = logging.getLogger("rayflow")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr(logging.INFO))
+    logger.setLevel(logging.INFO)
 
 
 def _describe(exc: Exception) -> str:

@@ -11,8 +11,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -29,6 +31,14 @@ __all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order"]
 REFRESH_SECS = 1.0
 DRAIN_SECS = 5.0
 """After the spouts are deactivated, how long pending trees get to complete before the kill."""
+OPEN_SECS = 10.0
+"""A spout whose ``open`` raised, and that has emitted nothing this long after the start, ends
+the run: it will not open by itself (exit 3, a component raised)."""
+
+
+HEADER_WIDTH = 16
+"""A column of the summary is at most this wide for its header's sake (a component's name, when
+there is a column per component); a longer header folds."""
 
 
 class _Stop(Exception):
@@ -90,6 +100,9 @@ class Monitor:
                         out.print(line, style="red", markup=False, soft_wrap=True)
                 if self._finished(metrics):
                     return "every spout is exhausted and nothing is pending"
+                unopened = [s for s in self.spouts if _did_not_open(metrics[s])]
+                if unopened and now - started >= OPEN_SECS:
+                    return f"{', '.join(unopened)} did not open within {OPEN_SECS:g}s"
 
     def _title(self, elapsed: float) -> str:
         limit = f" of {self.duration:g}s" if self.duration is not None else ""
@@ -141,20 +154,19 @@ class Monitor:
         parts += [f"{b} executed={metrics[b]['executed']:,}" for b in self.bolts]
         return f"[{elapsed:5.1f}s] " + " | ".join(parts)
 
-    def _table(self, metrics: Metrics, rates: dict[str, float], title: str) -> Table:
+    def _table(self, metrics: Metrics, rates: dict[str, float], title: str) -> RenderableType:
+        """A row per component; on a console too narrow for that, a column per component (as
+        many side by side as fit). Numbers are never cut."""
         errors = any(metrics[cid].get("errors") for cid in self.spouts + self.bolts)
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-        table.add_column("component")
-        for header in ("tasks", "emitted", "acked", "failed", "pending", "rate/s", "p50 ms", "p99 ms"):
-            table.add_column(header, justify="right")
+        headers = ["tasks", "emitted", "acked", "failed", "pending", "rate/s", "p50 ms", "p99 ms"]
         if errors:
-            table.add_column("errors", justify="right")
+            headers.append("errors")
+        rows: dict[str, list[str]] = {}
         for cid in self.spouts + self.bolts:
             m = metrics[cid]
             spout = cid in self.spouts
             latency = m.get("complete_latency_ms" if spout else "process_latency_ms") or {}
-            row = [
-                f"{cid} [dim]{'spout' if spout else 'bolt'}[/dim]",
+            rows[f"{escape(cid)} [dim]{'spout' if spout else 'bolt'}[/dim]"] = [
                 str(m.get("tasks", "")),
                 f"{m['emitted']:,}",
                 f"{m['acked']:,}",
@@ -163,13 +175,28 @@ class Monitor:
                 f"{rates.get(cid, 0.0):,.0f}",
                 _ms(latency.get("p50", 0.0)),
                 _ms(latency.get("p99", 0.0)),
-            ]
-            if errors:
-                row.append(f"[red]{m['errors']:,}[/red]" if m.get("errors") else "0")
-            table.add_row(*row)
-        table.caption = "latency: complete (spouts), process (bolts) · rate: emitted/s (spouts), executed/s (bolts)"
-        table.caption_justify = "left"
-        return table
+            ] + ([f"[red]{m['errors']:,}[/red]" if m.get("errors") else "0"] if errors else [])
+        caption = "latency: complete (spouts), process (bolts) · rate: emitted/s (spouts), executed/s (bolts)"
+        width = console.out.width
+        labels, cells = list(rows), list(rows.values())
+        table = _grid(Text(title), "component", labels, headers, cells, caption)
+        if _min_width(table) <= width:
+            return table
+        # Transposed: a column per component, as many side by side as fit, a table per group.
+        by_header = [[row[i] for row in cells] for i in range(len(headers))]
+
+        def columns(start: int, stop: int) -> Table:
+            return _grid(None, "", headers, labels[start:stop], [row[start:stop] for row in by_header])
+
+        tables: list[Table] = []
+        first = 0
+        while first < len(labels):
+            end = first + 1
+            while end < len(labels) and _min_width(columns(first, end + 1)) <= width:
+                end += 1
+            tables.append(columns(first, end))
+            first = end
+        return Group(Text(title), *tables, Text(caption))
 
     def _summary(self, metrics: Metrics, elapsed: float, reason: str) -> ExitCode:
         out, err = console.out, console.err
@@ -200,9 +227,17 @@ def flow_order(topology: Topology) -> list[str]:
     return order
 
 
+def _did_not_open(m: dict[str, Any]) -> bool:
+    """Did the spout's ``open`` raise, leaving it with nothing emitted? (The spout task reports
+    the error as ``open raised: ...``.)"""
+    return not m["emitted"] and bool(m.get("errors")) and str(m.get("last_error")).startswith("open raised")
+
+
 def _spout_verdict(spout: str, m: dict[str, Any]) -> str:
     """What became of the spout's tuple trees. Its ``emitted`` also counts untracked tuples
     (no ``msg_id``), which are never acked: the trees are what was acked, failed or is pending."""
+    if _did_not_open(m):
+        return f"{spout}: did not open, so it emitted nothing ({m['last_error']})"
     acked, failed, pending = m["acked"], m["failed"], m.get("pending", 0)
     trees = acked + failed + pending
     untracked = max(m["emitted"] - trees, 0)
@@ -212,6 +247,34 @@ def _spout_verdict(spout: str, m: dict[str, Any]) -> str:
     if not failed and not pending:
         return f"{spout}: every tuple tree was acked ({acked:,}){also}"
     return f"{spout}: {acked:,} of {trees:,} tuple tree(s) acked, {failed:,} failed, {pending:,} still pending{also}"
+
+
+def _grid(
+    title: Text | None, corner: str, labels: list[str], headers: list[str], rows: list[list[str]], caption: str = ""
+) -> Table:
+    """A table: ``labels`` down the first column (under ``corner``), then a right-aligned column
+    per header, as wide as its widest cell -- so that no number is ever cut -- or its header, up
+    to ``HEADER_WIDTH`` (a longer header folds)."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=caption or None)
+    table.caption_justify = "left"
+    table.add_column(corner, overflow="fold")
+    for i, header in enumerate(headers):
+        widest = max((Text.from_markup(row[i]).cell_len for row in rows), default=0)
+        heading = min(Text.from_markup(header).cell_len, HEADER_WIDTH)
+        table.add_column(header, justify="right", overflow="fold", width=max(widest, heading))
+    for label, row in zip(labels, rows, strict=True):
+        table.add_row(label, *row)
+    return table
+
+
+def _min_width(table: Table) -> int:
+    """The narrowest ``table`` can be with every cell whole (its title and caption wrap)."""
+    title, caption = table.title, table.caption
+    table.title = table.caption = None
+    try:
+        return Measurement.get(console.out, console.out.options.update_width(10_000), table).minimum
+    finally:
+        table.title, table.caption = title, caption
 
 
 def _ms(value: float) -> str:

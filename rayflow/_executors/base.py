@@ -37,6 +37,9 @@ __all__ = ["Emitter", "Executor", "Link", "LoadView", "Observer", "Timer"]
 
 LOAD_REFRESH_SECS = 0.1
 """How often a task re-weighs its shuffle groupings from its link's backlog view."""
+DISTINCT_ERRORS = 100
+"""A task logs the traceback of this many distinct errors in full; past them, any new error is
+counted with the rest (``Executor.report_error``)."""
 
 logger = logging.getLogger("rayflow")
 
@@ -98,6 +101,8 @@ class Executor:
         """Does ``receive`` send the data batches it filled partly? A driver that sends them
         itself (coalescing the output of queued input batches) sets this to ``False``."""
         self._link = link
+        self._errors_seen: dict[tuple[str, str, int], int] = {}
+        """How often each distinct error happened: (type, file, line where it was raised)."""
 
     @property
     def observer(self) -> Observer | None:
@@ -149,22 +154,54 @@ class Executor:
         self.report_error(exc, f"emitted values that cannot be pickled (the tuple's trees fail): {values!r:.200}")
 
     def report_error(self, exc: BaseException, where: str) -> None:
-        """Count and log a user error; the task carries on."""
+        """Count and log a user error; the task carries on.
+
+        The log stays readable (and small) when the same error happens on every tuple: the
+        first time an error is seen -- the same type raised at the same line -- it is logged
+        with its full traceback; its repeats are counted, and logged (without the traceback)
+        the 10th, 100th, 1,000th ... time, with the count so far."""
         self.metrics.errors += 1
         self.metrics.last_error = f"{where}: {type(exc).__name__}: {exc}"
-        logger.error(
-            "component %r task %d: %s: %s: %s",
-            self.component_id,
-            self.task_id,
-            where,
-            type(exc).__name__,
-            exc,
-            exc_info=exc,
-        )
+        key = _error_key(exc)
+        seen = self._errors_seen
+        if key not in seen and len(seen) >= DISTINCT_ERRORS:
+            key = ("", "", 0)  # one count for every error past the distinct ones
+        times = seen[key] = seen.get(key, 0) + 1
+        if times == 1:
+            logger.error(
+                "component %r task %d: %s: %s: %s",
+                self.component_id,
+                self.task_id,
+                where,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+        elif times >= 10 and str(times).rstrip("0") == "1":  # 10, 100, 1000, ...
+            logger.error(
+                "component %r task %d: %s: %s: %s (the same error %s times so far; "
+                "the first was logged with its traceback)",
+                self.component_id,
+                self.task_id,
+                where,
+                type(exc).__name__,
+                exc,
+                f"{times:,}",
+            )
 
     def snapshot(self) -> dict[str, Any]:
         self.metrics.transferred = self.outbox.transferred
         return self.metrics.snapshot()
+
+
+def _error_key(exc: BaseException) -> tuple[str, str, int]:
+    """What makes two errors the same: their type and the line that raised them."""
+    tb = exc.__traceback__
+    if tb is None:
+        return type(exc).__qualname__, "", 0
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return type(exc).__qualname__, tb.tb_frame.f_code.co_filename, tb.tb_lineno
 
 
 class Emitter(Executor):

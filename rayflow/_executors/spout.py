@@ -44,6 +44,9 @@ class SpoutExecutor(Emitter):
         self.spout: Spout = self.topology.components[self.component_id].component  # type: ignore[assignment]
         self.collector = SpoutOutputCollector(self)
         self.tracking = bool(self.acker_tasks)
+        self.root_bits = getrandbits
+        """Draws the root ids (``root_bits(64)``); the in-process runner gives each spout task a
+        seeded generator, since roots pick the acker of a tree and the trees sampled for latency."""
         # root id -> msg_id; the oldest cohort fails on rotation: the tree timed out.
         self.pending: RotatingMap[int, Any] = RotatingMap(SPOUT_BUCKETS, self._timed_out)
         self._started: dict[int, float] = {}
@@ -192,7 +195,7 @@ class SpoutExecutor(Emitter):
         root = val = 0
         if msg_id is not None:
             if self.tracking:
-                root = getrandbits(64) or new_id()
+                root = self.root_bits(64) or new_id()
             else:
                 self._acked_at_emit.append(msg_id)
         for task in targets:

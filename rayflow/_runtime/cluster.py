@@ -20,13 +20,13 @@ from .._state.validation import check_state_settings
 from .._topology import Topology
 from .handle import TopologyHandle
 from .supervisor import Supervisor
-from .task_actor import TaskActor
+from .task_logs import LoggingTaskActor
 
 __all__ = ["LocalCluster", "local_ray_options", "no_usage_stats", "submit_topology"]
 
 logger = logging.getLogger("rayflow")
 
-_RemoteTaskActor = ray.remote(TaskActor)
+_RemoteTaskActor = ray.remote(LoggingTaskActor)
 
 DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
@@ -157,7 +157,8 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
 
     Quiet: Ray's own INFO and WARNING lines ("Started a local Ray instance", the token
     authentication notice) are not printed (``logging_level``), nor are the workers' logs
-    (``log_to_driver``); errors still are."""
+    (``log_to_driver``); errors still are, and so is what rayflow logs in each task (a
+    component's errors, ``topology.debug``): the supervisor carries it (``task_logs.py``)."""
     no_usage_stats()
     return {
         "address": "local",

@@ -6,6 +6,7 @@ reported with its last known counters and ``alive: False``, and ``wait`` keeps w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -65,13 +66,19 @@ class TopologyHandle:
         if self.killed:
             return
         self.killed = True
-        self._supervisor.stop()
-        actors = list(self._supervisor.actors.values())
+        supervisor = self._supervisor
+        supervisor.stop()
+        actors = dict(supervisor.actors)
         try:
-            ray.wait([a.shutdown.remote() for a in actors], num_returns=len(actors), timeout=SHUTDOWN_TIMEOUT_SECS)
+            shutdowns = {actor.shutdown.remote(): task for task, actor in actors.items()}
+            done, _ = ray.wait(list(shutdowns), num_returns=len(shutdowns), timeout=SHUTDOWN_TIMEOUT_SECS)
+            supervisor.flush_logs()
+            for ref in done:  # what each task logged while it closed
+                with contextlib.suppress(Exception):  # a task that died meanwhile has nothing to say
+                    supervisor.forward_logs(shutdowns[ref], ray.get(ref))
         except Exception as exc:  # a stuck or dead task must not keep the others alive
             logger.warning("topology %r: not every task shut down cleanly: %s", self.name, exc)
-        for actor in actors:
+        for actor in actors.values():
             ray.kill(actor)
 
     def task_metrics(self) -> dict[int, dict[str, Any]]:

@@ -14,6 +14,9 @@ nothing more. A task that dies again soon after starting is restarted after a gr
 so a component that crashes its process at once cannot spin the machine; ``max_task_restarts``
 bounds restarts per task (-1: always).
 
+The same thread carries to the driver what each task logs (``task_logs.py``): it holds a second
+call per task, ``next_logs``, that returns only once the task has logged something.
+
 The thread lives in the driver because the driver owns the actors: Ray ties an actor's life
 to its owner's, so a supervisor elsewhere could not outlive the driver anyway.
 """
@@ -31,6 +34,7 @@ import ray
 
 from .._topology import ACKER_COMPONENT
 from .streams import Address
+from .task_logs import LogBatch, replay
 
 __all__ = ["Supervisor"]
 
@@ -86,11 +90,14 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._lifelines: dict[Any, int] = {}
+        self._log_calls: dict[Any, tuple[int, Any]] = {}
+        """Each task's pending ``next_logs`` call (see ``task_logs.py``), with the actor asked."""
         self._thread = threading.Thread(target=self._watch, name=f"rayflow-supervisor-{name}", daemon=True)
 
     def start(self) -> None:
         for task, actor in self.actors.items():
             self._lifelines[actor.lifeline.remote()] = task
+            self._ask_for_logs(task, actor)
         self._thread.start()
 
     def stop(self) -> None:
@@ -105,10 +112,39 @@ class Supervisor:
         kind = "acker" if component == ACKER_COMPONENT else ("spout" if self._is_spout(task) else "bolt")
         return f"task {task} ({kind} {component!r})"
 
+    # -- what the tasks log --------------------------------------------------------------------
+    def _ask_for_logs(self, task: int, actor: Any) -> None:
+        self._log_calls[actor.next_logs.remote()] = (task, actor)
+
+    def _logs_came(self, ref: Any) -> None:
+        """Log what a task logged, and ask it again (unless it is gone or being replaced)."""
+        task, actor = self._log_calls.pop(ref)
+        try:
+            batch = ray.get(ref)
+        except Exception:  # the actor died: its lifeline says so, and its successor is asked anew
+            return
+        self.forward_logs(task, batch)
+        if not self._stopping.is_set() and self.actors.get(task) is actor:
+            self._ask_for_logs(task, actor)
+
+    def forward_logs(self, task: int, batch: LogBatch) -> None:
+        """Log on the driver what ``task`` logged in its actor."""
+        replay(logger, f"{self.name} {self.describe(task)}", batch)
+
+    def flush_logs(self) -> None:
+        """Log the batches that came and were not read yet (once the watch loop has stopped)."""
+        if not self._log_calls or self._thread.is_alive():
+            return
+        ready, _ = ray.wait(list(self._log_calls), num_returns=len(self._log_calls), timeout=0)
+        for ref in ready:
+            self._logs_came(ref)
+
     # -- the watch loop -----------------------------------------------------------------------
     def _watch(self) -> None:
         while not self._stopping.is_set():
-            refs = list(self._lifelines)
+            if not ray.is_initialized():  # shut down under us: a Ray call now would start Ray again
+                return
+            refs = [*self._lifelines, *self._log_calls]
             if not refs:
                 self._stopping.wait(WATCH_SECS)
                 continue
@@ -119,6 +155,9 @@ class Supervisor:
                     return
                 continue
             for ref in ready:
+                if ref in self._log_calls:
+                    self._logs_came(ref)
+                    continue
                 task = self._lifelines.pop(ref)
                 try:
                     ray.get(ref)
@@ -167,6 +206,7 @@ class Supervisor:
                 self.addresses[task] = address
                 self.dead.pop(task, None)
             self._lifelines[actor.lifeline.remote()] = task
+            self._ask_for_logs(task, actor)
             for other, peer in list(self.actors.items()):
                 if other != task:
                     peer.replace.remote(task, address)  # a dead peer ignores it; its own restart connects anew

@@ -34,7 +34,7 @@ from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
 from ._outage import Outage
-from ._wire import redact_url, text_or_bytes
+from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["MESSAGE_FIELDS", "RabbitMQSpout"]
 
@@ -95,8 +95,8 @@ class RabbitMQSpout(Spout):
     ) -> None:
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"RabbitMQSpout: queue must be a non-empty string, got {queue!r}")
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("amqp", "amqps"):
-            raise ConfigError(f"RabbitMQSpout {queue!r}: url must be an amqp:// or amqps:// URL, got {url!r}")
+        if scheme(url) not in ("amqp", "amqps"):
+            raise ConfigError(f"RabbitMQSpout {queue!r}: url must be an amqp:// or amqps:// URL, got {url_scheme(url)}")
         if isinstance(fields, str) or not fields:
             raise ConfigError(f"RabbitMQSpout {queue!r}: fields must be a non-empty list of names, got {fields!r}")
         unknown = [f for f in fields if f not in MESSAGE_FIELDS]

@@ -26,7 +26,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 import redis.exceptions
@@ -38,7 +37,7 @@ from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
 from ._outage import Outage
-from ._wire import redact_url, text_or_bytes
+from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["RedisStreamSpout"]
 
@@ -92,9 +91,9 @@ class RedisStreamSpout(Spout):
         for name, value in (("stream", stream), ("group", group)):
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"RedisStreamSpout: {name} must be a non-empty string, got {value!r}")
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        if scheme(url) not in ("redis", "rediss", "unix"):
             raise ConfigError(
-                f"RedisStreamSpout {stream!r}: url must be a redis://, rediss:// or unix:// URL, got {url!r}"
+                f"RedisStreamSpout {stream!r}: url must be a redis://, rediss:// or unix:// URL, got {url_scheme(url)}"
             )
         if isinstance(fields, str) or not fields or not all(isinstance(f, str) and f for f in fields):
             raise ConfigError(f"RedisStreamSpout {stream!r}: fields must be a non-empty list of names, got {fields!r}")

@@ -14,6 +14,7 @@ cluster. Example::
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 from .._collectors import SpoutOutputCollector
@@ -21,6 +22,8 @@ from .._components import OutputFieldsDeclarer, Spout
 from .._config import Config
 from .._context import TopologyContext
 from .._errors import TopologyError
+from .._executors import SpoutExecutor
+from .._state.checkpoint import CHECKPOINT_COMPONENT
 from .._topology import Topology
 from .._tuple import DEFAULT_STREAM
 from ._in_process import InProcessTopology
@@ -118,6 +121,7 @@ def complete_topology(
     *,
     mocked_sources: dict[str, list[list[Any]]] | None = None,
     max_rounds: int = 100,
+    seed: int = 0,
 ) -> CompletedTopology:
     """Run ``topology`` to completion in this process, without Ray, deterministically.
 
@@ -125,10 +129,20 @@ def complete_topology(
     tracked, with the list index as msg id. The run goes on until nothing moves; then the
     simulated clock goes forward past ``message_timeout_secs``, so trees still pending time out
     (their spouts may replay), and again -- until every spout is exhausted with nothing pending,
-    a round changes nothing, or ``max_rounds`` rounds have passed. Components run as on Ray
-    (``open``/``prepare`` first, ticks when their config asks, ``close``/``cleanup`` at the end).
-    A topology with a stateful bolt checkpoints on the simulated clock, with the memory state
-    provider unless ``conf`` names another.
+    a round changes nothing, or ``max_rounds`` rounds have passed. A round is one move of the
+    clock, or one more failure of the same message: a spout that replays every failure with a
+    bolt that fails every tuple stops once one message has failed ``max_rounds`` times.
+    Components run as on Ray (``open``/``prepare`` first, ticks when their config asks,
+    ``close``/``cleanup`` at the end). A topology with a stateful bolt checkpoints on the
+    simulated clock, with the memory state provider unless ``conf`` names another.
+
+    Every random choice rayflow makes (which task of a shuffle grouping gets a tuple, tree ids)
+    is drawn from ``seed``: the same topology, inputs and seed give the same run, in the same
+    order, every time. A run that ends unfinished (``result.finished`` is ``False``) warns
+    (``UserWarning``), saying which spout did not finish and why.
+
+    Raises ``TopologyError`` for something that is not a ``Topology`` or a ``mocked_sources``
+    entry that does not fit its spout.
     """
     if not isinstance(topology, Topology):
         got = type(topology).__name__
@@ -136,26 +150,76 @@ def complete_topology(
     if mocked_sources:
         topology = _mock(topology, mocked_sources)
     config = Config.of(conf)
-    run = InProcessTopology(topology, config)
+    run = InProcessTopology(topology, config, seed=seed)
     rounds = 0
     # Twice the timeout: a spout's pending map expires a tree within that, whatever its phase.
     step = 2 * config.message_timeout_secs
-    run.run()
+    run.run(max_rounds)
     if topology.stateful:
         # Trees through a stateful bolt complete at the next commit: let the checkpoint interval
         # pass (a few times: recovery takes a checkpoint or two) before timing anything out.
         for _ in range(CHECKPOINTS_BEFORE_TIMEOUT):
-            if run.finished:
+            if run.finished or _looping(run, max_rounds):
                 break
             run.advance(config.checkpoint_interval_ms / 1000.0)
-            run.run()
-    while not run.finished and rounds < max_rounds:
+            run.run(max_rounds)
+    while not run.finished and rounds < max_rounds and not _looping(run, max_rounds):
         before = run.recorder.emit_count
         run.advance(step)
-        run.run()
+        run.run(max_rounds)
         rounds += 1
         pending = sum(e.snapshot().get("pending", 0) for e in run.executors.values() if e.is_source)
         if run.recorder.emit_count == before and not pending:
             break  # a quiet round with nothing pending: only more of the same can follow
+    unfinished = _unfinished(run, rounds, max_rounds)
     run.close()
+    if unfinished:
+        warnings.warn(unfinished, stacklevel=2)
     return CompletedTopology(run, rounds)
+
+
+def _looping(run: InProcessTopology, max_rounds: int) -> bool:
+    """Has one message failed ``max_rounds`` times (a replay loop)?"""
+    return 0 < max_rounds <= run.recorder.replays
+
+
+def _unfinished(run: InProcessTopology, rounds: int, max_rounds: int) -> str:
+    """Why the run did not finish, for the warning (``""`` when it did)."""
+    if run.finished:
+        return ""
+    recorder = run.recorder
+    if _looping(run, max_rounds) and recorder.most_failed is not None:
+        spout, msg_id, times = recorder.most_failed
+        why = (
+            f"a replay loop: message {msg_id!r} of spout {spout!r} failed {times:,} times, and was replayed "
+            f"each time ({recorder.fail_count:,} failures in all). A spout that replays every failure and a "
+            "bolt that fails every tuple never finish"
+        )
+    elif rounds >= max_rounds > 0:
+        why = f"the clock moved past the message timeout {rounds:,} times and trees were still pending"
+    else:
+        why = "nothing moved any more"
+    spouts = []
+    for executor in run.executors.values():
+        if not isinstance(executor, SpoutExecutor) or executor.component_id == CHECKPOINT_COMPONENT:
+            continue
+        where = f"spout {executor.component_id!r} (task {executor.task_id})"
+        if not executor.opened:
+            spouts.append(f"{where} did not open: {executor.metrics.last_error}")
+        elif executor.finished:
+            continue
+        elif len(executor.pending):
+            spouts.append(f"{where} has {len(executor.pending):,} tree(s) pending")
+        elif not executor.exhausted:
+            spouts.append(
+                f"{where} never said it was exhausted: once a spout has emitted everything, its "
+                "next_tuple calls collector.exhausted()"
+            )
+        else:
+            spouts.append(f"{where} has failed messages to replay")
+    raised = [
+        f"{cid!r} raised {m['errors']:,} time(s), the last: {m['last_error']}"
+        for cid, m in run.metrics().items()
+        if m.get("errors")
+    ]
+    return f"complete_topology stopped unfinished (max_rounds={max_rounds}): {why}. " + "; ".join(spouts + raised)

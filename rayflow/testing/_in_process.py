@@ -7,8 +7,11 @@ a process boundary fails here too. Time is simulated: ``advance(secs)`` fires th
 timers (message timeouts, ticks) in the order they fall due, so a test of a 30-second timeout
 takes microseconds and never depends on the machine's speed.
 
-Everything is deterministic for a given topology and delivery order, except what the
-components themselves randomise (and shuffle groupings, which start at a random task).
+A run is deterministic: the same topology, delivery order and ``seed`` make the same run, whatever
+``PYTHONHASHSEED``. Every random choice rayflow makes is drawn from a generator seeded from
+``seed`` and the task -- the order of each shuffle grouping's round, the root ids of the trees
+(they pick a tree's acker), the ``random`` delivery order. Only what the components themselves
+randomise is theirs to seed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any, Literal
 from .._config import Config
 from .._context import TopologyContext
 from .._errors import RayflowError
-from .._executors import Executor, make_executor
+from .._executors import Executor, SpoutExecutor, make_executor
+from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._state.validation import check_state_settings
@@ -42,8 +46,8 @@ MAX_RAISING_BURSTS = 100
 """``run`` takes a spout whose ``next_tuple`` raised this many bursts in a row, emitting
 nothing, for idle."""
 MAX_EMITS_PER_RUN = 1_000_000
-"""``run`` gives up past this many spout tuples without the spouts going quiet: an unbounded
-spout cannot be run to completion."""
+"""``run`` gives up past this many spout tuples without the spouts going quiet: a spout that
+never runs dry, or one that replays trees that keep failing, cannot be run to completion."""
 
 
 class Recorder:
@@ -54,6 +58,11 @@ class Recorder:
         self.acks: dict[str, list[Any]] = {}
         self.fails: dict[str, list[Any]] = {}
         self.emit_count = 0
+        self.fail_count = 0
+        self._times_failed: dict[tuple[str, Any], int] = {}
+        self.most_failed: tuple[str, Any, int] | None = None
+        """The message that failed most often so far: ``(spout, msg_id, times)``. A spout
+        replays a failed message under the same msg id, so ``times`` counts its replays."""
 
     def emitted(self, component: str, stream: str, values: list[Any]) -> None:
         self.emits.setdefault((component, stream), []).append(list(values))
@@ -65,6 +74,24 @@ class Recorder:
 
     def failed(self, component: str, msg_id: Any) -> None:
         self.fails.setdefault(component, []).append(msg_id)
+        self.fail_count += 1
+        key = (component, _hashable(msg_id))
+        times = self._times_failed[key] = self._times_failed.get(key, 0) + 1
+        if self.most_failed is None or times > self.most_failed[2]:
+            self.most_failed = (component, msg_id, times)
+
+    @property
+    def replays(self) -> int:
+        """The most times one message failed (and, if its spout replays, was emitted again)."""
+        return self.most_failed[2] if self.most_failed else 0
+
+
+def _hashable(msg_id: Any) -> Any:
+    try:
+        hash(msg_id)
+    except TypeError:
+        return repr(msg_id)
+    return msg_id
 
 
 class _QueueLink:
@@ -87,7 +114,7 @@ class InProcessTopology:
     """Run ``topology`` in this process. Spouts are opened and activated at once unless
     ``active=False``. Drive it with ``run`` (spouts emit, everything is delivered, until the
     spouts go quiet), ``settle`` (deliver what is queued), ``advance`` (simulated time) and
-    ``close``."""
+    ``close``. ``seed`` decides every random choice rayflow makes in the run (see above)."""
 
     def __init__(
         self,
@@ -106,6 +133,7 @@ class InProcessTopology:
         self.conf = config
         self.layout = topology.task_layout(self.conf.ackers)
         self.delivery = delivery
+        self.seed = seed
         self._rng = random.Random(seed)
         self.data: deque[tuple[int, bytes]] = deque()
         self.control: deque[tuple[int, bytes]] = deque()
@@ -117,7 +145,11 @@ class InProcessTopology:
         for task in self.layout:
             # Every task gets its own copy of the components, as every Ray actor unpickles its own.
             context = TopologyContext(task, self.layout, topology.stream_fields())
-            executor = make_executor(copy.deepcopy(topology), self.conf, context, link)
+            own = copy.deepcopy(topology)
+            self._seed_groupings(own, task)
+            executor = make_executor(own, self.conf, context, link)
+            if isinstance(executor, SpoutExecutor):
+                executor.root_bits = self._generator(task, "roots").getrandbits
             executor.observer = self.recorder
             self.executors[task] = executor
         for executor in self.executors.values():
@@ -126,6 +158,18 @@ class InProcessTopology:
                 heapq.heappush(self._timers, (period, len(self._timers), period, action))
         if active:
             self.activate()
+
+    def _generator(self, task: int, purpose: str) -> random.Random:
+        """A generator of its own for one use in one task, seeded from the run's ``seed`` (a
+        string seed is hashed with SHA-512: the same in every process)."""
+        return random.Random(f"{self.seed}:{task}:{purpose}")
+
+    def _seed_groupings(self, topology: Topology, task: int) -> None:
+        """Give each shuffle grouping in ``task``'s copy of the topology a seeded generator."""
+        for spec in topology.components.values():
+            for sub in spec.inputs:
+                if isinstance(sub.grouping, ShuffleGrouping):
+                    sub.grouping.rng = self._generator(task, f"shuffle {sub.component}:{sub.stream} -> {spec.id}")
 
     # -- looking inside -------------------------------------------------------------------------
     def tasks(self, component_id: str) -> list[Executor]:
@@ -214,12 +258,16 @@ class InProcessTopology:
         tuples emitted."""
         return sum(e.run_burst(max_calls) for e in self.executors.values() if e.wants_next_tuple())
 
-    def run(self) -> int:
+    def run(self, max_replays: int | None = None) -> int:
         """Let the spouts emit and deliver everything, until the spouts emit nothing more (they
         are exhausted, at their pending limit with nothing left to complete, or idle). A
         ``next_tuple`` that raised counts as activity for a while -- on Ray the spout would be
         asked again at once -- so a source that fails now and then is not taken for idle.
-        Returns the tuples the spouts emitted."""
+
+        A spout that replays every failure, with a bolt that fails every tuple, never goes
+        quiet: ``max_replays`` stops the run once one message has failed that many times
+        (``recorder.most_failed`` names it). Without it, the run raises ``RayflowError`` past
+        ``MAX_EMITS_PER_RUN`` tuples. Returns the tuples the spouts emitted."""
         total = 0
         raising = 0
         while True:
@@ -231,11 +279,28 @@ class InProcessTopology:
             if not emitted and (not raised or raising > MAX_RAISING_BURSTS):
                 return total
             total += emitted
+            if max_replays is not None and 0 < max_replays <= self.recorder.replays:
+                return total
             if total > MAX_EMITS_PER_RUN:
-                raise RayflowError(
-                    f"the spouts emitted more than {MAX_EMITS_PER_RUN:,} tuples without going quiet: "
-                    "an unbounded spout cannot be run to completion in-process (mock it, or drive it step by step)"
-                )
+                raise RayflowError(self._endless(total))
+
+    def _endless(self, total: int) -> str:
+        """Why ``run`` gave up after ``total`` tuples."""
+        said = f"the spouts emitted {total:,} tuples without going quiet"
+        most = self.recorder.most_failed
+        if most is None:
+            return (
+                f"{said}, and no tree failed: a spout that never runs dry cannot be run to completion "
+                "in-process (once it has emitted everything, its next_tuple calls collector.exhausted(); "
+                "or mock it with mocked_sources, or drive it step by step)"
+            )
+        spout, msg_id, times = most
+        return (
+            f"{said}, and {self.recorder.fail_count:,} trees failed on the way (message {msg_id!r} of spout "
+            f"{spout!r} {times:,} time(s)): a replay loop? A spout that replays every failure, with a bolt that "
+            "fails every tuple, never finishes; look at the bolts' errors in metrics(). run(max_replays=...) "
+            "and complete_topology's max_rounds stop a loop that replays under the same msg ids"
+        )
 
     def _spout_errors(self) -> int:
         return sum(e.metrics.errors for e in self.executors.values() if e.is_source)
