@@ -70,6 +70,8 @@ class TopologyHandle:
         supervisor.stop()
         actors = dict(supervisor.actors)
         try:
+            quiet = [actor.quiesce.remote() for actor in actors.values()]
+            ray.wait(quiet, num_returns=len(quiet), timeout=SHUTDOWN_TIMEOUT_SECS)
             shutdowns = {actor.shutdown.remote(): task for task, actor in actors.items()}
             done, _ = ray.wait(list(shutdowns), num_returns=len(shutdowns), timeout=SHUTDOWN_TIMEOUT_SECS)
             supervisor.flush_logs()

@@ -202,6 +202,11 @@ class TaskActor:
         """For ``TopologyHandle.wait``: is this task done (a spout: exhausted, nothing pending)?"""
         return self._executor.finished
 
+    async def quiesce(self) -> None:
+        """The topology is being killed: what its peers' closing costs is not reported."""
+        if hasattr(self, "_transport"):
+            self._transport.quiet = True
+
     async def shutdown(self) -> None:
         """Stop the loops, then close the executor (spouts close, bolts clean up)."""
         self._running = False

@@ -102,6 +102,9 @@ class StreamTransport:
         """Frames sent (the ``calls_out`` metric)."""
         self.dropped = 0
         """Frames dropped because their destination was unreachable."""
+        self.quiet = False
+        """The topology is being killed: peers close in any order, and frames lost to one that
+        closed first are expected, not worth a warning."""
 
     def replace(self, task: int, address: Address) -> None:
         """Send to ``address`` for ``task`` from now on (its actor was restarted). Frames still
@@ -192,7 +195,8 @@ class StreamTransport:
         kind = "acker traffic" if key[1] == CONTROL else "data"
         why = f"{type(exc).__name__}: {exc}" if exc is not None else "the stream closed"
         if lost:
-            logger.warning(
+            logger.log(
+                logging.DEBUG if self.quiet else logging.WARNING,
                 "task %d: %d frame(s) of %s sent to it were lost (their trees time out and replay): %s",
                 key[0],
                 lost,
