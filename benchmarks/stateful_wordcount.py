@@ -19,6 +19,7 @@ and values it wrote.
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import statistics
 import sys
@@ -47,14 +48,16 @@ def provider_settings(provider: str, state_dir: str) -> dict[str, Any]:
     return {"state_provider": provider}
 
 
-def run(cluster: LocalCluster, sentences: int, provider: str | None, state_dir: str) -> dict[str, Any]:
+def run(
+    cluster: LocalCluster, sentences: int, provider: str | None, state_dir: str, settings: dict[str, Any]
+) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences))
     builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
     count = StatefulWordCount() if provider else WordCount()
     builder.set_bolt("count", count).fields_grouping("split", ["word"])
     name = f"bench-{provider or 'plain'}-{uuid.uuid4().hex[:8]}"  # fresh state every run
-    conf = Config.of(provider_settings(provider, state_dir) if provider else {})
+    conf = Config.of({**settings, **(provider_settings(provider, state_dir) if provider else {})})
     handle = cluster.submit_topology(name, conf, builder.create_topology(), active=False)
     started = time.perf_counter()
     handle.activate()
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
     parser.add_argument("--skip-topology", action="store_true", help="only the checkpoint costs")
+    parser.add_argument("--config", default="{}", help="settings for every run, as JSON (default: none)")
     args = parser.parse_args(argv)
     state_dir = tempfile.mkdtemp(prefix="rayflow-bench-state-")
 
@@ -119,16 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     configurations: list[str | None] = [None, *args.providers]
     runs: dict[str | None, list[dict[str, Any]]] = {c: [] for c in configurations}
     with LocalCluster() as cluster:
-        run(cluster, args.sentences // 10, None, state_dir)  # warm up the workers
+        settings = json.loads(args.config)
+        run(cluster, args.sentences // 10, None, state_dir, settings)  # warm up the workers
         for round_ in range(args.rounds):
             order = configurations if round_ % 2 == 0 else list(reversed(configurations))
             for configuration in order:
-                runs[configuration].append(run(cluster, args.sentences, configuration, state_dir))
+                runs[configuration].append(run(cluster, args.sentences, configuration, state_dir, settings))
             print(
                 f"round {round_ + 1}: "
                 + ", ".join(f"{c or 'plain'} {runs[c][-1]['words_per_s']:,.0f} words/s" for c in configurations)
             )
-    print(f"\nword count, {args.sentences:,} sentences, defaults, {args.rounds} rounds (median):")
+    print(f"\nword count, {args.sentences:,} sentences, config {args.config}, {args.rounds} rounds (median):")
     for configuration in configurations:
         best = sorted(runs[configuration], key=lambda r: r["words_per_s"])[len(runs[configuration]) // 2]
         line = f"  {configuration or 'plain':7} {best['words_per_s']:>10,.0f} words/s"

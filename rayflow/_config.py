@@ -164,7 +164,11 @@ class Config(BaseModel):
             raise ConfigError("invalid config: " + "; ".join(map(str, problems)))
         base = self.model_dump()
         base.update({Config.setting(k): v for k, v in overrides.items()})
-        return Config.of(base)
+        merged = Config.of(base)
+        # What the user set stays known (defaults that depend on the topology look at it).
+        given = {Config.setting(k) for k in overrides} & set(Config.model_fields)
+        object.__setattr__(merged, "__pydantic_fields_set__", self.model_fields_set | given)
+        return merged
 
     def storm_settings_without_effect(self) -> list[str]:
         """What to tell a user migrating from Storm about the Storm settings in this config

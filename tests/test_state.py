@@ -143,6 +143,18 @@ class TestRules:
         with pytest.raises(ConfigError, match=r"state_provider: 'sqlit' is not one of .* \(did you mean 'sqlite'\?\)"):
             InProcessTopology(wordcount(SENTENCES), {"state_provider": "sqlit"})
 
+    def test_a_stateful_topology_gets_a_larger_pending_budget_unless_one_is_set(self) -> None:
+        """Its trees stay pending until the commit after them, so the default budget is scaled."""
+        from rayflow._config import DEFAULT_MAX_SPOUT_PENDING
+        from rayflow._state.validation import STATEFUL_MAX_SPOUT_PENDING
+
+        assert STATEFUL_MAX_SPOUT_PENDING > DEFAULT_MAX_SPOUT_PENDING
+        assert InProcessTopology(wordcount(SENTENCES)).conf.max_spout_pending == STATEFUL_MAX_SPOUT_PENDING
+        assert InProcessTopology(wordcount(SENTENCES), {"max_spout_pending": 10}).conf.max_spout_pending == 10
+        plain = TopologyBuilder()
+        plain.set_spout("sentences", Sentences(SENTENCES))
+        assert InProcessTopology(plain.create_topology()).conf.max_spout_pending == DEFAULT_MAX_SPOUT_PENDING
+
     def test_storm_keys_set_the_state_fields(self) -> None:
         conf = Config.of({"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 250})
         assert conf.state_provider == "redis" and conf.checkpoint_interval_ms == 250

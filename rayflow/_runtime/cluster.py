@@ -16,7 +16,7 @@ from ray import cloudpickle
 from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
-from .._state.validation import check_state_settings
+from .._state.validation import check_state_settings, with_state_defaults
 from .._topology import Topology
 from .handle import TopologyHandle
 from .supervisor import Supervisor
@@ -103,6 +103,7 @@ def submit_topology(
     config = Config.of(conf).merged({"topology.name": name})
     for advice in config.storm_settings_without_effect():
         logger.warning("topology %r: %s", name, advice)
+    config = with_state_defaults(topology, config)
     check_state_settings(topology, config, reach=True)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)

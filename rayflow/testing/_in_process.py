@@ -31,7 +31,7 @@ from .._executors import Executor, SpoutExecutor, make_executor
 from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
 from .._state.checkpoint import CHECKPOINT_STREAM
-from .._state.validation import check_state_settings
+from .._state.validation import check_state_settings, with_state_defaults
 from .._topology import ACKER_COMPONENT, Topology
 from .._tuple import DEFAULT_STREAM
 
@@ -129,6 +129,7 @@ class InProcessTopology:
         if "state_provider" not in config.model_fields_set:
             # A test's state lives as long as the run: nothing written outside the process.
             config = config.merged({"state_provider": "memory"})
+        config = with_state_defaults(topology, config)
         check_state_settings(topology, config, reach=False)
         self.conf = config
         self.layout = topology.task_layout(self.conf.ackers)
