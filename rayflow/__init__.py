@@ -4,7 +4,7 @@ How the package stacks, bottom up:
 
     plain Python, no Ray      _errors, _config, _tuple, _components, _context, _groupings,
                               _topology, _anchoring, _rotating_map, _ack_ledger, _outbox, _router,
-                              _collectors, _metrics, _executors/
+                              _collectors, _metrics, _windows/, _executors/
     on Ray                    _runtime/ (one actor per task around an executor)
     public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
                               topologies), connectors (brokers), spark (DataFrames), state
@@ -29,6 +29,7 @@ from ._groupings import CustomStreamGrouping, StreamId
 from ._state.key_value import KeyValueState
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
 from ._tuple import Tuple
+from ._windows import Count, Duration, TupleWindow, WindowedBolt
 
 if TYPE_CHECKING:
     from ._runtime import LocalCluster, TopologyHandle, submit_topology
@@ -58,7 +59,9 @@ __all__ = [
     "BoltDeclarer",
     "Config",
     "ConfigError",
+    "Count",
     "CustomStreamGrouping",
+    "Duration",
     "EmitError",
     "FailedException",
     "KeyValueState",
@@ -78,5 +81,7 @@ __all__ = [
     "TopologyError",
     "TopologyHandle",
     "Tuple",
+    "TupleWindow",
+    "WindowedBolt",
     "submit_topology",
 ]

@@ -26,6 +26,8 @@ from ._groupings import (
 )
 from ._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, CheckpointSpout
 from ._tuple import DEFAULT_STREAM
+from ._windows.bolt import LATE_TUPLE_FIELD, WindowedBolt
+from ._windows.validation import check_windowed_bolt
 
 __all__ = ["ACKER_COMPONENT", "BoltDeclarer", "ComponentSpec", "Subscription", "Topology", "TopologyBuilder"]
 
@@ -44,7 +46,7 @@ class Subscription:
 @dataclass
 class ComponentSpec:
     id: str
-    component: Spout | Bolt | BasicBolt
+    component: Spout | Bolt | BasicBolt | WindowedBolt
     parallelism: int
     config: dict[str, Any]
     inputs: list[Subscription] = field(default_factory=list)
@@ -165,12 +167,12 @@ class TopologyBuilder:
     def set_bolt(
         self,
         id: str,
-        bolt: Bolt | BasicBolt,
+        bolt: Bolt | BasicBolt | WindowedBolt,
         parallelism: int = 1,
         *,
         config: dict[str, Any] | None = None,
     ) -> BoltDeclarer:
-        if not isinstance(bolt, (Bolt, BasicBolt)):
+        if not isinstance(bolt, (Bolt, BasicBolt, WindowedBolt)):
             self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
         spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
         self._add(spec)
@@ -206,6 +208,8 @@ class TopologyBuilder:
             problems.append("the topology has no spout")
         for spec in checked.values():
             problems += _check_inputs(spec, checked)
+            if isinstance(spec.component, WindowedBolt):
+                problems += check_windowed_bolt(spec, checked)
         if problems:
             raise TopologyError(problems)
         topology = Topology(specs)
@@ -261,6 +265,10 @@ def _check_component(spec: ComponentSpec) -> list[str]:
         problems += [f"{kind} {spec.id!r}: {p}" for p in exc.problems]
     except Exception as exc:  # user code: report, never crash validation
         problems.append(f"{kind} {spec.id!r}: declare_output_fields raised {type(exc).__name__}: {exc}")
+    settings = spec.component.window_settings if isinstance(spec.component, WindowedBolt) else None
+    late = settings.late_stream if settings is not None else None
+    if late is not None and late not in declarer.streams:
+        declarer.streams[late] = StreamDeclaration((LATE_TUPLE_FIELD,))
     spec.streams = declarer.streams
     return problems
 

@@ -38,6 +38,11 @@ CONTRACT = {
     # state that survives restarts
     "StatefulBolt",
     "KeyValueState",
+    # windows
+    "WindowedBolt",
+    "TupleWindow",
+    "Count",
+    "Duration",
     # errors
     "RayflowError",
     "TopologyError",

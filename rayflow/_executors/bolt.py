@@ -15,9 +15,11 @@ from .._outbox import DataPayload
 from .._state.alignment import CheckpointAlignment
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
+from .._windows.bolt import WindowedBolt
 from .base import Emitter, Timer, logger
 from .basic_bolt import BasicBoltAdapter
 from .stateful_bolt import NotInitialized, StatefulBoltAdapter
+from .windowed_bolt import WindowedBoltAdapter
 
 __all__ = ["BoltExecutor"]
 
@@ -46,6 +48,9 @@ class BoltExecutor(Emitter):
         self._stateful: StatefulBoltAdapter | None = None
         if isinstance(component, StatefulBolt):
             self.bolt = self._stateful = StatefulBoltAdapter(component, self)
+        self._windowed: WindowedBoltAdapter | None = None
+        if isinstance(component, WindowedBolt):
+            self.bolt = self._windowed = WindowedBoltAdapter(component, self)
         spec = self.topology.components[self.component_id]
         upstream = [s.component for s in spec.inputs if s.stream == CHECKPOINT_STREAM]
         self._alignment = CheckpointAlignment(sum(len(self.context.get_component_tasks(c)) for c in upstream))
@@ -78,7 +83,8 @@ class BoltExecutor(Emitter):
     def timers(self) -> list[Timer]:
         freq = self.conf.tick_tuple_freq_secs
         ticks: list[Timer] = [(freq, lambda: self.tick(freq))] if freq else []
-        return ticks + super().timers()
+        windows = self._windowed.timers() if self._windowed is not None else []
+        return ticks + windows + super().timers()
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, payload: DataPayload) -> None:

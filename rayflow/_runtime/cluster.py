@@ -17,6 +17,7 @@ from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
 from .._state.validation import check_state_settings, with_state_defaults
+from .._windows.validation import check_window_settings
 from .._topology import Topology
 from .handle import TopologyHandle
 from .supervisor import Supervisor
@@ -105,6 +106,7 @@ def submit_topology(
         logger.warning("topology %r: %s", name, advice)
     config = with_state_defaults(topology, config)
     check_state_settings(topology, config, reach=True)
+    check_window_settings(topology, config)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)

@@ -32,6 +32,7 @@ from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._state.validation import check_state_settings, with_state_defaults
+from .._windows.validation import check_window_settings
 from .._topology import ACKER_COMPONENT, Topology
 from .._tuple import DEFAULT_STREAM
 
@@ -131,6 +132,7 @@ class InProcessTopology:
             config = config.merged({"state_provider": "memory"})
         config = with_state_defaults(topology, config)
         check_state_settings(topology, config, reach=False)
+        check_window_settings(topology, config)
         self.conf = config
         self.layout = topology.task_layout(self.conf.ackers)
         self.delivery = delivery

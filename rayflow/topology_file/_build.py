@@ -17,6 +17,7 @@ from .._components import BasicBolt, Bolt, Spout
 from .._errors import TopologyError
 from .._suggest import did_you_mean
 from .._topology import BoltDeclarer, Topology, TopologyBuilder
+from .._windows.bolt import WindowedBolt
 from ._classes import ClassProblem, construct, import_class
 from ._document import Node
 from ._errors import Problem
@@ -87,6 +88,12 @@ class _Assembly:
         except ClassProblem as exc:
             self.problems.append(node.problem(str(exc), _arguments_key(node)))
             return
+        if spec.window is not None:
+            if not isinstance(self.instances[cid], WindowedBolt):
+                problem = f"'window' applies to a rayflow.WindowedBolt, and {spec.class_} is not one"
+                self.problems.append(node.problem(problem, ("window",)))
+                return
+            spec.window.apply(self.instances[cid])
         self.components[cid] = (section, spec, node)
 
     def _check_references(self, node: Node) -> None:
@@ -175,7 +182,7 @@ def _check_kind(cls: type, section: str, dotted: str) -> None:
     if section == "spouts" and not issubclass(cls, Spout):
         bolt = issubclass(cls, (Bolt, BasicBolt))
         raise ClassProblem(f"{dotted} is not a rayflow.Spout" + (": it is a bolt, list it under bolts" if bolt else ""))
-    if section == "bolts" and not issubclass(cls, (Bolt, BasicBolt)):
+    if section == "bolts" and not issubclass(cls, (Bolt, BasicBolt, WindowedBolt)):
         spout = issubclass(cls, Spout)
         raise ClassProblem(
             f"{dotted} is not a rayflow.Bolt or rayflow.BasicBolt"

@@ -11,11 +11,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._config import Config
 from .._errors import RayflowError
 from .._state.validation import check_state_settings
 from .._topology import Topology
+from .._windows.bolt import WindowedBolt
+from .._windows.validation import config_problems as window_problems
 from ._build import build_topology
 from ._configs import config_problems
 from ._document import Node
@@ -67,6 +70,7 @@ def load_topology(
         raise SpecError(problems)
     config = Config.of(spec.config)
     problems += _state_problems(tree, topology, config)
+    problems += _window_problems(tree, topology, config)
     if problems:
         raise SpecError(problems)
     return LoadedTopology(spec, config, topology)
@@ -100,6 +104,29 @@ def _state_problems(tree: Node, topology: Topology, config: Config) -> list[Prob
                             return [node.problem(message, (key,))]
         return [(node or tree).problem(message)]
     return []
+
+
+def _window_problems(tree: Node, topology: Topology, config: Config) -> list[Problem]:
+    """Each windowed bolt's window against the config (the message timeout, the pending
+    budget): what the submit would refuse, on the bolt's ``window:`` line."""
+    bolts = tree.child("bolts")
+    entries: dict[Any, Node] = {}
+    for node in bolts.value if bolts is not None and isinstance(bolts.value, list) else []:
+        id_node = node.child("id")
+        if id_node is not None:
+            entries[id_node.value] = node
+    found: list[Problem] = []
+    for spec in topology.bolts:
+        bolt = spec.component
+        if not isinstance(bolt, WindowedBolt) or bolt.window_settings is None:
+            continue
+        node = entries.get(spec.id)
+        for message in window_problems(spec.id, bolt.window_settings, config.merged(spec.config)):
+            if node is not None and node.child("window") is not None:
+                found.append(node.problem(message, ("window",)))
+            else:
+                found.append((node or tree).problem(message))
+    return found
 
 
 def _read(

@@ -7,6 +7,8 @@ spouts:
   - {id: sentences, class: examples.wordcount.SentenceSpout, parallelism: 1}
 bolts:
   - {id: split, class: examples.wordcount.SplitSentence, parallelism: 2, args: [], kwargs: {}}
+  - {id: top, class: examples.windowed_wordcount.TopWords,
+     window: {length: {seconds: 10}, timestamp_field: ts, lag_secs: 5, late_stream: late}}
 streams:
   - {from: sentences, to: split, grouping: {type: shuffle}}
   - {from: split, to: count, grouping: {type: fields, fields: [word]}}
@@ -19,6 +21,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from .._config import Config
+from .._windows.bolt import WindowedBolt
+from .._windows.lengths import Count, Duration, Length
 
 __all__ = [
     "GROUPING_TYPES",
@@ -26,8 +30,11 @@ __all__ = [
     "ConfigMapping",
     "GroupingSpec",
     "IncludeSpec",
+    "LengthSpec",
+    "SessionSpec",
     "StreamSpec",
     "TopologySpec",
+    "WindowSpec",
 ]
 
 GroupingType = Literal[
@@ -59,6 +66,68 @@ class IncludeSpec(_Spec):
     override: bool = Field(False, description="true: the included file's values win over this file's")
 
 
+class LengthSpec(_Spec):
+    """A window's length or slide: ``{count: n}`` tuples or ``{seconds: s}``."""
+
+    count: int | None = Field(None, ge=1)
+    seconds: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> LengthSpec:
+        if (self.count is None) == (self.seconds is None):
+            raise ValueError("give one of 'count' (tuples) or 'seconds'")
+        return self
+
+    def length(self) -> Length:
+        return Count(self.count) if self.count is not None else Duration(self.seconds or 0)
+
+
+class SessionSpec(_Spec):
+    """Session windows: per ``key_field``, tuples less than ``gap_secs`` apart (event time)."""
+
+    gap_secs: float = Field(gt=0)
+    key_field: str = Field(min_length=1)
+
+
+class WindowSpec(_Spec):
+    """A windowed bolt's window: what ``WindowedBolt.with_window`` and friends set."""
+
+    length: LengthSpec | None = Field(None, description="the window's length; or give 'session'")
+    session: SessionSpec | None = Field(None, description="session windows instead of a length")
+    slide: LengthSpec | None = Field(None, description="how often the window fires; absent: tumbling (= length)")
+    timestamp_field: str | None = Field(None, min_length=1, description="event time: ms since the epoch")
+    lag_secs: float | None = Field(None, gt=0, description="event time: how late a tuple may arrive")
+    watermark_interval_secs: float | None = Field(None, gt=0, description="event time: default 1")
+    late_stream: str | None = Field(None, min_length=1, description="event time: where late tuples go")
+    idle_timeout_secs: float | None = Field(None, gt=0, description="event time: leave a quiet upstream task out")
+
+    @model_validator(mode="after")
+    def _length_or_session(self) -> WindowSpec:
+        if (self.length is None) == (self.session is None):
+            raise ValueError("give one of 'length' (with an optional 'slide') or 'session'")
+        if self.session is not None and self.slide is not None:
+            raise ValueError("a session window has no 'slide': it closes after its gap")
+        return self
+
+    def apply(self, bolt: WindowedBolt) -> None:
+        """Set this window on ``bolt``."""
+        if self.session is not None:
+            bolt.with_session_window(Duration(self.session.gap_secs), self.session.key_field)
+        elif self.length is not None:
+            length = self.length.length()
+            bolt.with_window(length, self.slide.length() if self.slide is not None else length)
+        if self.timestamp_field is not None:
+            bolt.with_timestamp_field(self.timestamp_field)
+        if self.lag_secs is not None:
+            bolt.with_lag(Duration(self.lag_secs))
+        if self.watermark_interval_secs is not None:
+            bolt.with_watermark_interval(Duration(self.watermark_interval_secs))
+        if self.late_stream is not None:
+            bolt.with_late_tuple_stream(self.late_stream)
+        if self.idle_timeout_secs is not None:
+            bolt.with_idle_timeout(Duration(self.idle_timeout_secs))
+
+
 class ComponentEntry(_Spec):
     """A spout or a bolt: built as ``class(*args, **kwargs)``, run by ``parallelism`` tasks."""
 
@@ -70,6 +139,7 @@ class ComponentEntry(_Spec):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     parallelism: int = Field(1, ge=1)
     config: ConfigMapping = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
+    window: WindowSpec | None = Field(None, description="a rayflow.WindowedBolt's window")
 
     @field_validator("id")
     @classmethod

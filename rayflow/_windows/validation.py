@@ -1,0 +1,118 @@
+"""What is checked of windowed bolts before a topology runs.
+
+- ``check_windowed_bolt`` (at ``create_topology``, from the graph alone): a window is set; a
+  slide is no longer than a length of the same kind; a late tuple stream has a timestamp
+  field, and so do session windows; every input declares the timestamp field and the session key.
+- ``check_window_settings`` (where the topology's config is known: at submit and when a runner
+  starts): a duration window (length plus slide, and on event time the lag and the watermark
+  interval too) fits in ``message_timeout_secs`` -- a tuple's tree stays pending until its last
+  window fires, so a longer window would time out every tree -- and a count window (length
+  plus slide) fits in ``max_spout_pending`` when that is set, or the spouts stop before the
+  window fills and it never fires. Until the runners call it, each windowed bolt task also
+  reports these problems as an error when it is prepared (``config_problems``).
+
+Each problem names the bolt and the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._config import Config
+from .._errors import TopologyError
+from .._state.checkpoint import CHECKPOINT_STREAM
+from .bolt import WindowedBolt, WindowSettings
+from .lengths import Count, Duration
+
+if TYPE_CHECKING:
+    from .._topology import ComponentSpec, Topology
+
+__all__ = ["check_window_settings", "check_windowed_bolt", "config_problems", "held_secs"]
+
+
+def check_windowed_bolt(spec: ComponentSpec, specs: dict[str, ComponentSpec]) -> list[str]:
+    """The problems of windowed bolt ``spec`` that the graph alone shows."""
+    settings = spec.component.window_settings if isinstance(spec.component, WindowedBolt) else None
+    where = f"windowed bolt {spec.id!r}"
+    if settings is None:
+        return [f"{where}: no window set: call with_window(length, slide) or with_tumbling_window(length)"]
+    problems = []
+    length, slide = settings.length, settings.slide
+    if type(length) is type(slide) and _size(slide) > _size(length):
+        problems.append(
+            f"{where}: the slide ({slide}) is longer than the window ({length}): tuples between windows "
+            "would be in none"
+        )
+    field = settings.timestamp_field
+    if settings.session_key is not None and field is None:
+        problems.append(
+            f"{where}: session windows (key {settings.session_key!r}) need a timestamp field: they close on "
+            "event time (call with_timestamp_field)"
+        )
+    if settings.late_stream is not None and field is None:
+        problems.append(
+            f"{where}: late tuple stream {settings.late_stream!r} without a timestamp field: only event-time "
+            "windows have late tuples (call with_timestamp_field)"
+        )
+    for name, what in ((field, "timestamp field"), (settings.session_key, "session key field")):
+        if name is None:
+            continue
+        for sub in spec.inputs:
+            source = specs.get(sub.component)
+            declared = source.streams.get(sub.stream) if source is not None else None
+            if sub.stream == CHECKPOINT_STREAM or declared is None:
+                continue  # not data, or reported by the input checks
+            if name not in declared.fields:
+                problems.append(
+                    f"{where}: {what} {name!r} is not declared by input {sub.component!r} "
+                    f"stream {sub.stream!r} (its fields: {list(declared.fields)})"
+                )
+    return problems
+
+
+def held_secs(settings: WindowSettings) -> float:
+    """How long (s) a window holds a tuple at most, on the bolt's clock: what the message
+    timeout must cover. Zero for a window with no duration in it."""
+    lengths = (settings.length,) if settings.session_key is not None else (settings.length, settings.slide)
+    held = sum(x.seconds for x in lengths if isinstance(x, Duration))
+    if held and settings.event_time:
+        held += settings.lag_ms / 1000.0 + settings.watermark_interval.seconds
+    return held
+
+
+def check_window_settings(topology: Topology, conf: Config) -> None:
+    """Raise ``TopologyError`` listing every windowed bolt whose window the config cannot carry."""
+    problems = []
+    for spec in topology.bolts:
+        component = spec.component
+        if isinstance(component, WindowedBolt) and component.window_settings is not None:
+            problems += config_problems(spec.id, component.window_settings, conf.merged(spec.config))
+    if problems:
+        raise TopologyError(problems)
+
+
+def config_problems(bolt: str, settings: WindowSettings, conf: Config) -> list[str]:
+    """What ``conf`` (the bolt's own, merged) cannot carry of windowed bolt ``bolt``'s window."""
+    problems = []
+    where = f"windowed bolt {bolt!r}"
+    held = held_secs(settings)
+    if conf.enable_message_timeouts and held > conf.message_timeout_secs:
+        extra = " plus lag and watermark interval" if settings.event_time else ""
+        problems.append(
+            f"{where}: the window holds a tuple up to {held:g} s (length plus slide{extra}), longer than "
+            f"message_timeout_secs={conf.message_timeout_secs:g}: every tree would time out before its "
+            f"window fires; raise message_timeout_secs to at least {held:g}"
+        )
+    counts = sum(x.n for x in (settings.length, settings.slide) if isinstance(x, Count))
+    pending = conf.max_spout_pending
+    if isinstance(settings.length, Count) and pending is not None and counts > pending:
+        problems.append(
+            f"{where}: a count window of {settings.length} sliding by {settings.slide} keeps up to {counts} "
+            f"trees pending, more than max_spout_pending={pending}: the spouts would stop before it fires; "
+            f"raise max_spout_pending to at least {counts}"
+        )
+    return problems
+
+
+def _size(length: Count | Duration) -> float:
+    return length.n if isinstance(length, Count) else length.seconds
