@@ -17,8 +17,8 @@ from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
 from .._state.validation import check_state_settings, with_state_defaults
-from .._windows.validation import check_window_settings
 from .._topology import Topology
+from .._windows.validation import check_window_settings
 from .handle import TopologyHandle
 from .supervisor import Supervisor
 from .task_logs import LoggingTaskActor

@@ -32,9 +32,9 @@ from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._state.validation import check_state_settings, with_state_defaults
-from .._windows.validation import check_window_settings
 from .._topology import ACKER_COMPONENT, Topology
 from .._tuple import DEFAULT_STREAM
+from .._windows.validation import check_window_settings
 
 __all__ = ["Delivery", "InProcessTopology", "Recorder"]
 
