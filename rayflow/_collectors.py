@@ -15,7 +15,14 @@ from ._tuple import DEFAULT_STREAM
 if TYPE_CHECKING:
     from ._tuple import Tuple
 
-__all__ = ["BasicOutputCollector", "BoltTask", "OutputCollector", "SpoutOutputCollector", "SpoutTask"]
+__all__ = [
+    "AnchorRuleCollector",
+    "BasicOutputCollector",
+    "BoltTask",
+    "OutputCollector",
+    "SpoutOutputCollector",
+    "SpoutTask",
+]
 
 
 class SpoutTask(Protocol):
@@ -120,6 +127,30 @@ class OutputCollector:
     def report_error(self, exc: BaseException) -> None:
         """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
         self._task.report_error(exc, "reported by the bolt")
+
+
+class AnchorRuleCollector(OutputCollector):
+    """An ``OutputCollector`` whose emits pass their anchors through a rule first: a stateful
+    bolt's must be anchored, a windowed bolt's default to its window. A class of its own so
+    that a plain bolt's emit pays no extra call."""
+
+    def anchored(self, anchors: Tuple | list[Tuple] | None, stream: str) -> Tuple | list[Tuple] | None:
+        """The anchors an emit on ``stream`` gets (or raise ``EmitError`` to refuse it)."""
+        return anchors
+
+    def emit(
+        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
+    ) -> list[int]:
+        return self._task.emit(stream, values, self.anchored(anchors, stream), None)
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: list[Any],
+        anchors: Tuple | list[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        self._task.emit(stream, values, self.anchored(anchors, stream), task_id)
 
 
 class BasicOutputCollector:

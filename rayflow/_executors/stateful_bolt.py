@@ -20,14 +20,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .._anchoring import tree_acks
-from .._collectors import OutputCollector
+from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import Bolt, OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
 from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
 from .._state.key_value import KeyValueState
 from .._state.provider import StateError, StateProvider, open_provider
-from .._tuple import DEFAULT_STREAM, Tuple
+from .._tuple import Tuple
 
 if TYPE_CHECKING:
     from .bolt import BoltExecutor
@@ -41,7 +41,7 @@ class NotInitialized(StateError):
     """A PREPARE reached a task whose state is not loaded yet: failing it forces a recovery."""
 
 
-class StatefulCollector(OutputCollector):
+class StatefulCollector(AnchorRuleCollector):
     """The collector a ``StatefulBolt`` gets: emits must be anchored, acks are held."""
 
     def __init__(self, task: BoltExecutor, adapter: StatefulBoltAdapter) -> None:
@@ -49,23 +49,10 @@ class StatefulCollector(OutputCollector):
         self._adapter = adapter
         self._component = task.component_id
 
-    def emit(
-        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
-    ) -> list[int]:
+    def anchored(self, anchors: Tuple | list[Tuple] | None, stream: str) -> Tuple | list[Tuple] | None:
         if not anchors:
             raise self._unanchored(stream)
-        return self._task.emit(stream, values, anchors, None)
-
-    def emit_direct(
-        self,
-        task_id: int,
-        values: list[Any],
-        anchors: Tuple | list[Tuple] | None = None,
-        stream: str = DEFAULT_STREAM,
-    ) -> None:
-        if not anchors:
-            raise self._unanchored(stream)
-        self._task.emit(stream, values, anchors, task_id)
+        return anchors
 
     def _unanchored(self, stream: str) -> EmitError:
         return EmitError(

@@ -23,12 +23,12 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from .._collectors import OutputCollector
+from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import Bolt, OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException, RayflowError, TopologyError
 from .._state.checkpoint import CHECKPOINT_STREAM
-from .._tuple import DEFAULT_STREAM, Tuple
+from .._tuple import Tuple
 from .._windows.bolt import WindowedBolt
 from .._windows.lengths import Duration, Length
 from .._windows.manager import CountWindows, Manager, SessionWindows, Step, make_manager
@@ -46,26 +46,15 @@ LATE_LOG_EVERY = 1000
 """Without a late tuple stream, the first late tuple is logged, then one in this many."""
 
 
-class WindowedCollector(OutputCollector):
+class WindowedCollector(AnchorRuleCollector):
     """The collector a ``WindowedBolt`` gets: emits default to the window's tuples as anchors."""
 
     def __init__(self, task: BoltExecutor, adapter: WindowedBoltAdapter) -> None:
         super().__init__(task)
         self._adapter = adapter
 
-    def emit(
-        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
-    ) -> list[int]:
-        return self._task.emit(stream, values, self._adapter.anchors if anchors is None else anchors, None)
-
-    def emit_direct(
-        self,
-        task_id: int,
-        values: list[Any],
-        anchors: Tuple | list[Tuple] | None = None,
-        stream: str = DEFAULT_STREAM,
-    ) -> None:
-        self._task.emit(stream, values, self._adapter.anchors if anchors is None else anchors, task_id)
+    def anchored(self, anchors: Tuple | list[Tuple] | None, stream: str) -> Tuple | list[Tuple] | None:
+        return self._adapter.anchors if anchors is None else anchors
 
     def ack(self, tup: Tuple) -> None:
         """A no-op: a windowed bolt's inputs are acked when their last window has fired."""
