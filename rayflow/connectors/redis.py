@@ -7,7 +7,7 @@ PEL). That list is the spout's memory, so nothing is lost when a spout dies:
   restarted task is the same consumer: at ``open`` it first reads its own pending list
   (``XREADGROUP`` from id ``0``) and emits those entries again;
 - new entries are read with ``XREADGROUP ... >`` (never ``BLOCK``: it runs on the task's event
-  loop), many per call, and emitted one per ``next_tuple``;
+  loop), many per call, and emitted up to ``EMIT_BURST`` per ``next_tuple``;
 - a completed tree is ``XACK``-ed (in batches); a failed one is emitted again from the data the
   spout kept while the entry was pending (after an ``XCLAIM`` that resets its idle time, and
   tells whether someone else acknowledged it meanwhile);
@@ -45,6 +45,10 @@ logger = logging.getLogger("rayflow.connectors")
 
 MAX_READ = 1000
 """Entries asked for per ``XREADGROUP``/``XAUTOCLAIM`` (fewer when ``max_spout_pending`` is lower)."""
+EMIT_BURST = 64
+"""Entries ``next_tuple`` emits per call at most, and at most a 64th of ``max_spout_pending``:
+the executor checks the pending budget between calls, so a task may hold up to one burst of
+trees over it (under 2%)."""
 ACK_BATCH = 500
 ACK_LINGER_SECS = 0.05
 """Acks go out as one ``XACK`` per this many ids, or this long after the previous one."""
@@ -116,6 +120,7 @@ class RedisStreamSpout(Spout):
         self.consumer = f"{prefix}{context.this_component_id}-{context.this_task_id}"
         pending_cap = conf.get("max_spout_pending")
         self._read_count = min(MAX_READ, pending_cap) if pending_cap else MAX_READ
+        self._burst = max(1, min(EMIT_BURST, pending_cap // 64)) if pending_cap else EMIT_BURST
         self._client = redis.Redis.from_url(
             self.url,
             socket_timeout=SOCKET_TIMEOUT_SECS,
@@ -159,11 +164,12 @@ class RedisStreamSpout(Spout):
             self._flush_acks()
         if not self._buffer:
             self._fill()
-        if self._buffer:
-            entry_id, data = self._buffer.popleft()
+        buffer, emit = self._buffer, self._collector.emit
+        for _ in range(min(len(buffer), self._burst)):
+            entry_id, data = buffer.popleft()
             self._queued.discard(entry_id)
             self._inflight[entry_id] = data
-            self._collector.emit(self._values(entry_id, data), msg_id=entry_id)
+            emit(self._values(entry_id, data), msg_id=entry_id)
 
     def _values(self, entry_id: str, data: dict[str | bytes, Any]) -> list[Any]:
         values: list[Any] = []
