@@ -342,6 +342,16 @@ class TestValidation:
             check_window_settings(topology, Config(max_spout_pending=50))
         check_window_settings(topology, Config(max_spout_pending=None))
 
+    def test_the_pending_budget_a_duration_window_allows_is_said_with_numbers(self) -> None:
+        """A 10 s window sliding by 2 s holds a tree up to 12 s: 5,000 pending allow ~417/s."""
+        from rayflow._windows.validation import pending_advice
+
+        topology = window_topology(Record().with_window(Duration(10), Duration(2)))
+        (advice,) = pending_advice(topology, Config(max_spout_pending=5000))
+        assert "windowed bolt 'window' holds each tuple's tree up to 12 s" in advice
+        assert "at most about 417 trees a second" in advice and "R x 12" in advice
+        assert pending_advice(topology, Config(max_spout_pending=None)) == []
+
     def test_a_window_its_config_cannot_carry_is_refused_before_the_run(self) -> None:
         """The default message timeout (30 s) cannot carry a 60 s window sliding by 10 s."""
         with pytest.raises(TopologyError, match="the window holds a tuple up to 70 s"):

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from .._errors import RayflowError
+from .._windows.validation import pending_advice
 from ..topology_file import SpecError, TopologySpec, load_topology
 from . import console
 from .arguments import FileArg, PropertiesOpt, SetOpt, load, placeholders, report
@@ -56,6 +57,8 @@ def validate(
         )
         for advice in loaded.config.storm_settings_without_effect():
             console.out.print(f"{file}: note: config: {advice}", markup=False, soft_wrap=True)
+        for advice in pending_advice(loaded.topology, loaded.config):
+            console.out.print(f"{file}: note: {advice}", markup=False, soft_wrap=True)
     raise typer.Exit(1 if failed else 0)
 
 

@@ -18,7 +18,7 @@ from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
 from .._state.validation import check_state_settings, with_state_defaults
 from .._topology import Topology
-from .._windows.validation import check_window_settings
+from .._windows.validation import check_window_settings, pending_advice
 from .handle import TopologyHandle
 from .supervisor import Supervisor
 from .task_logs import LoggingTaskActor
@@ -107,6 +107,8 @@ def submit_topology(
     config = with_state_defaults(topology, config)
     check_state_settings(topology, config, reach=True)
     check_window_settings(topology, config)
+    for advice in pending_advice(topology, config):
+        logger.warning("topology %r: %s", name, advice)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)

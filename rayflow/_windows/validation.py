@@ -27,7 +27,7 @@ from .lengths import Count, Duration
 if TYPE_CHECKING:
     from .._topology import ComponentSpec, Topology
 
-__all__ = ["check_window_settings", "check_windowed_bolt", "config_problems", "held_secs"]
+__all__ = ["check_window_settings", "check_windowed_bolt", "config_problems", "held_secs", "pending_advice"]
 
 
 def check_windowed_bolt(spec: ComponentSpec, specs: dict[str, ComponentSpec]) -> list[str]:
@@ -112,6 +112,25 @@ def config_problems(bolt: str, settings: WindowSettings, conf: Config) -> list[s
             f"raise max_spout_pending to at least {counts}"
         )
     return problems
+
+
+def pending_advice(topology: Topology, conf: Config) -> list[str]:
+    """What the pending budget lets a duration window take, said at submit: every tuple's tree
+    stays pending while the window holds it, so a spout task feeds such a bolt at most
+    ``max_spout_pending / held`` trees a second (the default budget caps a 10 s window near
+    500 a second). Not an error: the rate the user needs is not known here."""
+    pending = conf.max_spout_pending
+    advice = []
+    for spec in topology.bolts:
+        settings = spec.component.window_settings if isinstance(spec.component, WindowedBolt) else None
+        held = held_secs(settings) if settings is not None else 0.0
+        if held and pending is not None:
+            advice.append(
+                f"windowed bolt {spec.id!r} holds each tuple's tree up to {held:g} s, so with "
+                f"max_spout_pending={pending:,} each spout task can feed it at most about {pending / held:,.0f} "
+                f"trees a second; for R trees a second set max_spout_pending to R x {held:g} (or None)"
+            )
+    return advice
 
 
 def _size(length: Count | Duration) -> float:
