@@ -105,7 +105,9 @@ class RabbitMQSpout(Spout):
       ``max_spout_pending`` and a quarter, at most 65,535.
     - A lost or refused connection is retried with backoff (0.1 s doubling to 5 s) and reported
       once per outage (``collector.report_error``); the queue must exist (a missing queue is
-      reported the same way, and picked up once it is declared).
+      reported the same way, and picked up once it is declared), unless ``declare=True``: then
+      the spout declares it, durable, on every connect (a queue that exists with other
+      arguments is refused by the broker, and reported as above).
     - ``deactivate`` stops the deliveries, hands the not-yet-emitted messages back to the queue
       and sends the acks waiting; the pending trees still get their acks. ``close`` sends the
       acks waiting, then closes: the broker requeues what is still unacked.
@@ -122,6 +124,7 @@ class RabbitMQSpout(Spout):
         url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
         fields: Sequence[str] = ("body",),
         prefetch: int | None = None,
+        declare: bool = False,
     ) -> None:
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"RabbitMQSpout: queue must be a non-empty string, got {queue!r}")
@@ -144,6 +147,7 @@ class RabbitMQSpout(Spout):
         self.url = url
         self.fields = tuple(fields)
         self.prefetch = prefetch
+        self.declare = bool(declare)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(list(self.fields))
@@ -300,6 +304,8 @@ class RabbitMQSpout(Spout):
             self._connection = pika.BlockingConnection(_parameters(self.url))
             self._channel = self._connection.channel()
             self._channel.basic_qos(prefetch_count=self._prefetch)
+            if self.declare:
+                self._channel.queue_declare(self.queue, durable=True)
             self._channel.add_on_cancel_callback(self._on_broker_cancel)
             self._generation += 1
             self._consumer_tag = None

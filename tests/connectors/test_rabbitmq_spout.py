@@ -180,6 +180,24 @@ class TestFaults:
             connection.channel().queue_delete(name)
             connection.close()
 
+    def test_declare_makes_the_queue_when_there_is_none(self) -> None:
+        """declare=True: the spout declares a durable queue on connect, and consumes from it."""
+        require_rabbitmq()
+        import pika
+
+        name = unique("declared-queue")
+        spout, collector = opened(name, declare=True)
+        try:
+            assert drive(spout, collector, lambda: spout._channel is not None, timeout=5)
+            assert collector.errors == []
+            publish(name, "hello")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            spout.close()
+        finally:
+            connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+            connection.channel().queue_delete(name)
+            connection.close()
+
     def test_queue_deleted_under_the_spout_is_reported_and_picked_up_again(self, queue: str) -> None:
         import pika
 
