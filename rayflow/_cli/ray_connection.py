@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,6 +56,9 @@ def ray_connection(address: str | None) -> Iterator[None]:
     try:
         with progress(*steps):
             ray.init(**kwargs)
+        if address == "auto":  # say which cluster "auto" found
+            joined = ray.get_runtime_context().gcs_address
+            console.err.print(f"joined the Ray cluster at {joined} (found by --address auto)", markup=False)
     except Exception as exc:
         where = "a local Ray" if kwargs.get("address") == "local" else f"the Ray cluster at {address}"
         console.err.print(f"cannot start {where}: {type(exc).__name__}: {exc}", markup=False, soft_wrap=True)
@@ -74,6 +78,15 @@ def join_problem(address: str) -> str | None:
     ``ConnectionError`` that does not say why. So: when the cluster wants a token and this
     machine has one (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) that
     the cluster accepts, token mode is switched on here; otherwise the answer says what to set."""
+    if re.match(r"https?://", address):
+        return (
+            "that is a web address (Ray's dashboard or Jobs API, port 8265 by default); rayflow joins a cluster "
+            "at its GCS address, HOST:PORT, which `ray start --head` prints (e.g. 127.0.0.1:6380)"
+        )
+    if address != "auto" and "://" not in address and ":" not in address:
+        return (
+            f"no port: give the cluster's GCS address as HOST:PORT (e.g. {address}:6380; `ray start --head` prints it)"
+        )
     if not _HOST_PORT.match(address):
         return None  # "auto", ray:// and the like: ray.init resolves them itself
     try:
@@ -96,6 +109,12 @@ def join_problem(address: str) -> str | None:
         return None
 
     code = refused(())
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and _listens(address):
+        return (
+            f"something listens there but it is not a Ray GCS ({code.name}: it does not answer Ray's gRPC): is "
+            f"{address} another service (Redis holds 6379, where `ray start --head` puts its GCS by default)? "
+            "Give the address `ray start --head --port ...` printed"
+        )
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return (
             f"nothing answers there ({code.name}): is the cluster running, and is {address} its GCS address "
@@ -121,6 +140,16 @@ def join_problem(address: str) -> str | None:
     os.environ["RAY_AUTH_MODE"] = "token"
     RayConfig.initialize("")  # Ray caches its settings: let it see token mode, as ray.init does for itself
     return None
+
+
+def _listens(address: str) -> bool:
+    """Does anything accept a TCP connection at ``address`` (HOST:PORT)?"""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _token_source() -> str:
