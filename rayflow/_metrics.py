@@ -106,6 +106,7 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
         out["capacity"] = max(s["busy_secs"] / max(s["uptime_secs"], 1e-9) for s in snapshots)
     if kind == "spout":
         out["pending"] = sum(s["pending"] for s in snapshots)
+        out["timed_out"] = sum(s.get("timed_out", 0) for s in snapshots)  # of "failed"
         out["exhausted"] = all(s["exhausted"] for s in snapshots)
     return out
 

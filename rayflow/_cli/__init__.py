@@ -31,6 +31,7 @@ from typing import Annotated
 import typer
 
 from . import commands, console
+from .arguments import Command, Group
 from .exit_codes import MEANING, ExitCode
 from .monitor import flow_order
 
@@ -38,6 +39,7 @@ __all__ = ["MEANING", "ExitCode", "app", "flow_order", "main"]
 
 app = typer.Typer(
     name="rayflow",
+    cls=Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -68,10 +70,10 @@ def _options(
     """Run Storm-style topologies described in YAML files on Ray."""
 
 
-app.command()(commands.validate)
-app.command()(commands.graph)
-app.command()(commands.schema)
-app.command(help=commands.RUN_HELP)(commands.run)
+app.command(cls=Command)(commands.validate)
+app.command(cls=Command)(commands.graph)
+app.command(cls=Command)(commands.schema)
+app.command(cls=Command, help=commands.RUN_HELP)(commands.run)
 
 
 def main() -> None:

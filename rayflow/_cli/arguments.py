@@ -1,17 +1,19 @@
 """The arguments the commands share (FILE, ``--set``, ``--properties``), and loading a topology
-file with them: its problems go to stderr, one per line, and exit 1."""
+file with them: its problems go to stderr, one per line, and exit 1. ``Group`` and ``Command``
+are the click classes of the app and its commands: their help shows no type for a flag."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from ..topology_file import LoadedTopology, SpecError, load_topology, read_properties
 from . import console
 
-__all__ = ["FileArg", "PropertiesOpt", "SetOpt", "load", "placeholders", "report"]
+__all__ = ["Command", "FileArg", "Group", "PropertiesOpt", "SetOpt", "load", "placeholders", "report"]
 
 FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="Topology file (YAML or JSON).", show_default=False)]
 SetOpt = Annotated[
@@ -21,6 +23,30 @@ SetOpt = Annotated[
 PropertiesOpt = Annotated[
     Path | None, typer.Option("--properties", metavar="FILE", help="A key=value file that fills ${key} placeholders.")
 ]
+
+
+def _untyped_flags(params: list[Any]) -> list[Any]:
+    """Typer's rich help gives every option a type column, ``<bool>`` for ``--help`` too; a flag
+    takes no value, so its column is left empty. (``ctx`` below is typed ``Any``: its class,
+    typer's vendored click ``Context``, is private to typer.)"""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Group(TyperGroup):
+    """The ``rayflow`` app: help without ``<bool>`` beside its flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
+
+
+class Command(TyperCommand):
+    """A ``rayflow`` command: help without ``<bool>`` beside its flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
 
 
 def placeholders(sets: list[str] | None, file: Path | None) -> dict[str, str]:

@@ -246,7 +246,13 @@ def _spout_verdict(spout: str, m: dict[str, Any]) -> str:
         return f"{spout}: {untracked:,} untracked tuple(s) emitted (no msg_id: nothing to ack)"
     if not failed and not pending:
         return f"{spout}: every tuple tree was acked ({acked:,}){also}"
-    return f"{spout}: {acked:,} of {trees:,} tuple tree(s) acked, {failed:,} failed, {pending:,} still pending{also}"
+    why = ""
+    if failed:
+        timed_out = m.get("timed_out", 0)
+        why = f" (of the failed: {timed_out:,} timed out, {failed - timed_out:,} failed by a bolt)"
+    return (
+        f"{spout}: {acked:,} of {trees:,} tuple tree(s) acked, {failed:,} failed, {pending:,} still pending{why}{also}"
+    )
 
 
 def _grid(

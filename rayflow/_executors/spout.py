@@ -56,6 +56,8 @@ class SpoutExecutor(Emitter):
         self.opened = False
         self.exhausted = False
         self._poll_after_fail = False
+        self.timed_out = 0
+        """Of ``metrics.failed``, the trees that timed out rather than being failed by a bolt."""
         self._acked_at_emit: list[Any] = []
         self._complete = self.metrics.latency("complete_latency_ms")
         self._fail_with_reason = False
@@ -285,6 +287,7 @@ class SpoutExecutor(Emitter):
 
     def _timed_out(self, root: int, msg_id: Any) -> None:
         self._started.pop(root, None)
+        self.timed_out += 1
         self._fail(msg_id, "timeout")
 
     def rotate(self) -> None:
@@ -298,7 +301,9 @@ class SpoutExecutor(Emitter):
 
     def snapshot(self) -> dict[str, Any]:
         self.metrics.transferred = self.outbox.transferred
-        return self.metrics.snapshot(pending=len(self.pending), exhausted=self.exhausted, finished=self.finished)
+        return self.metrics.snapshot(
+            pending=len(self.pending), exhausted=self.exhausted, finished=self.finished, timed_out=self.timed_out
+        )
 
 
 def _takes_reason(fail: Any) -> bool:

@@ -25,6 +25,8 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][\w.\-]*\Z")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 MAX_NODES = 1_000_000
+MAX_DEPTH = 100
+"""Collections nested deeper than this are refused: no topology needs it, and later checks recurse."""
 
 
 def join_path(path: str, key: Any) -> str:
@@ -100,19 +102,35 @@ class Node:
 def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[Node | None, list[Problem]]:
     """Parse one file. A YAML syntax error yields no tree; other problems (duplicate keys, tags,
     unresolved placeholders) are reported alongside the tree."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        return None, [_reader_problem(exc, text, file)]
     try:
         root = loader.get_single_node()
         if root is None:
             return None, [Problem(file, 1, "", "the file is empty: a topology needs at least name and spouts")]
         builder = _TreeBuilder(loader, file, placeholders)
         return builder.build(root, "", root.start_mark.line + 1), builder.problems
+    except yaml.reader.ReaderError as exc:
+        return None, [_reader_problem(exc, text, file)]
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_problem(exc, file)]
     except yaml.YAMLError as exc:
         return None, [Problem(file, 1, "", f"invalid YAML: {exc}")]
+    except RecursionError:
+        return None, [Problem(file, 1, "", f"invalid YAML: nested more than {MAX_DEPTH} levels deep")]
     finally:
         loader.dispose()
+
+
+def _reader_problem(exc: yaml.reader.ReaderError, text: str, file: str) -> Problem:
+    """A character YAML does not allow (NUL, most control characters), on its line."""
+    line = text.count("\n", 0, exc.position) + 1
+    column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+    return Problem(
+        file, line, "", f"invalid YAML: the character #x{exc.character:04x} is not allowed (column {column})"
+    )
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
@@ -145,6 +163,9 @@ class _TreeBuilder:
         self._built += 1
         if self._built > MAX_NODES:
             raise yaml.YAMLError(f"more than {MAX_NODES} values: are aliases expanding without bound?")
+        if len(self._open) >= MAX_DEPTH:
+            self.report(line, path, f"nested more than {MAX_DEPTH} levels deep")
+            return Node(None, self.file, line, path, reported=True)
         if id(node) in self._open:
             self.report(line, path, "an alias refers to a node that contains it (recursive alias)")
             return Node(None, self.file, line, path, reported=True)

@@ -26,6 +26,7 @@ from .._config import Config
 from ._document import Node, parse_document
 from ._errors import Problem
 from ._models import IncludeSpec
+from ._reading import read_text
 from ._substitution import substitute
 from ._validation import validate_node
 
@@ -57,8 +58,8 @@ class _Reader:
             self.problems.append(included_at.problem(f"include cycle: {' -> '.join([*cycle, file])}"))
             return None
         try:
-            text = Path(file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_text(file)
+        except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             if included_at is None:
                 self.problems.append(Problem(file, 0, "", f"cannot read the file: {reason}"))

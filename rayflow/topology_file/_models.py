@@ -37,10 +37,16 @@ __all__ = [
     "WindowSpec",
 ]
 
-GroupingType = Literal[
+_GroupingName = Literal[
     "shuffle", "fields", "all", "global", "none", "direct", "local_or_shuffle", "partial_key", "custom"
 ]
-GROUPING_TYPES: tuple[str, ...] = get_args(GroupingType)
+GROUPING_TYPES: tuple[str, ...] = get_args(_GroupingName)
+GroupingType = Annotated[
+    _GroupingName,
+    WithJsonSchema({"type": "string", "enum": [*GROUPING_TYPES, *(t.upper() for t in GROUPING_TYPES)]}),
+]
+"""A grouping's type: lower case, or all upper case as Flux spells it (``FIELDS``); the JSON
+Schema lists both spellings, so editors accept what the loader accepts."""
 KEYED_GROUPINGS = ("fields", "partial_key")
 SECTIONS = ("spouts", "bolts")
 """The top-level keys that list components, spouts first (the order they are checked in)."""
@@ -164,8 +170,8 @@ class GroupingSpec(_Spec):
     @field_validator("type", mode="before")
     @classmethod
     def _lower_case(cls, value: Any) -> Any:
-        # Flux spells the types in upper case (SHUFFLE, FIELDS, ...).
-        return value.lower() if isinstance(value, str) else value
+        # Flux spells the types in upper case (SHUFFLE, FIELDS, ...); mixed case is neither.
+        return value.lower() if isinstance(value, str) and value.isupper() else value
 
     @model_validator(mode="after")
     def _fits_type(self) -> GroupingSpec:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._reading import read_text
+
 __all__ = ["Placeholders", "read_properties", "substitute"]
 
 ENV_PREFIX = "ENV-"
@@ -82,9 +84,14 @@ def _lookup(name: str, properties: Mapping[str, str], environ: Mapping[str, str]
 
 def read_properties(path: str | Path) -> dict[str, str]:
     """Read a Java-style properties file: ``key=value`` or ``key: value`` lines, ``#``/``!``
-    comments. Raises ``ValueError`` naming the line of anything else."""
+    comments. Raises ``ValueError`` naming the line of anything else, and as ``read_text`` does
+    for a file that is not regular, too large or not UTF-8; ``OSError`` if it cannot be read."""
+    try:
+        text = read_text(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     props: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
