@@ -26,7 +26,7 @@ from .._context import TopologyContext
 from .._errors import EmitError
 from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
 from .._state.key_value import KeyValueState
-from .._state.provider import StateError, StateProvider, open_provider
+from .._state.provider import StateError, StateProvider, task_provider
 from .._tuple import Tuple
 
 if TYPE_CHECKING:
@@ -86,9 +86,7 @@ class StatefulBoltAdapter(Bolt):
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
-        self.provider = open_provider(
-            conf["state_provider"], conf.get("state_provider_config"), str(conf.get("topology.name") or "topology")
-        )
+        self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
 
     def cleanup(self) -> None:

@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING, Any
 from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import Bolt, OutputFieldsDeclarer
 from .._context import TopologyContext
-from .._errors import FailedException, RayflowError, TopologyError
+from .._errors import FailedException, RayflowError
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._tuple import Tuple
 from .._windows.bolt import WindowedBolt
 from .._windows.lengths import Duration, Length
 from .._windows.manager import CountWindows, Manager, SessionWindows, Step, make_manager
-from .._windows.validation import config_problems
 from .._windows.watermark import WatermarkTracker
 from .._windows.window import TupleWindow
 from .base import Timer, logger
@@ -98,9 +97,6 @@ class WindowedBoltAdapter(Bolt):
         self.user_component.declare_output_fields(declarer)
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
-        problems = config_problems(self._task.component_id, self.settings, self._task.conf)
-        if problems:
-            self._task.report_error(TopologyError(problems), "the window does not fit the config")
         self.user_component.prepare(conf, context, self.collector)
 
     def cleanup(self) -> None:

@@ -16,18 +16,18 @@ from ray import cloudpickle
 from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._groupings import CustomGrouping
-from .._state.validation import check_state_settings, with_state_defaults
+from .._run_checks import config_to_run
 from .._topology import Topology
-from .._windows.validation import check_window_settings, pending_advice
+from .._windows.validation import pending_advice
 from .handle import TopologyHandle
 from .supervisor import Supervisor
-from .task_logs import LoggingTaskActor
+from .task_actor import TaskActor
 
 __all__ = ["LocalCluster", "local_ray_options", "no_usage_stats", "submit_topology"]
 
 logger = logging.getLogger("rayflow")
 
-_RemoteTaskActor = ray.remote(LoggingTaskActor)
+_RemoteTaskActor = ray.remote(TaskActor)
 
 DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
@@ -104,9 +104,7 @@ def submit_topology(
     config = Config.of(conf).merged({"topology.name": name})
     for advice in config.storm_settings_without_effect():
         logger.warning("topology %r: %s", name, advice)
-    config = with_state_defaults(topology, config)
-    check_state_settings(topology, config, reach=True)
-    check_window_settings(topology, config)
+    config = config_to_run(topology, config, reach=True)
     for advice in pending_advice(topology, config):
         logger.warning("topology %r: %s", name, advice)
     _ship_user_code_by_value(topology)

@@ -14,7 +14,8 @@ streams between the actors (``streams.py``), not as Ray calls. What runs here:
 - background loops: the source loop of a spout (``next_tuple``), and the executor's timers
   (message-timeout rotation, tick tuples), each run under the data lock;
 - ``lifeline``, a call that never returns: the supervisor holds it to learn at once that the
-  actor died, and ``replace``, which points this task at a peer's restarted actor.
+  actor died, and ``replace``, which points this task at a peer's restarted actor;
+- ``next_logs``, a long poll that returns what rayflow logged in this process (``task_logs.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .._context import TopologyContext
 from .._executors import Executor, make_executor
 from .._topology import Topology
 from .streams import CONTROL, Address, Listener, data_credit_group
+from .task_logs import LogBatch, install
 from .transport import StreamTransport
 
 __all__ = ["TaskActor"]
@@ -71,6 +73,8 @@ class TaskActor:
         self._flushed = 0.0
         self._control_linger = 0.0
         self._node_id = ray.get_runtime_context().get_node_id()
+        self._log = install()
+        """What rayflow logs in this process, kept for the driver (``next_logs``, ``shutdown``)."""
 
     async def listen(self) -> tuple[str, Address]:
         """Start listening for peers' streams; returns this actor's node id and address (the
@@ -207,8 +211,19 @@ class TaskActor:
         if hasattr(self, "_transport"):
             self._transport.quiet = True
 
-    async def shutdown(self) -> None:
-        """Stop the loops, then close the executor (spouts close, bolts clean up)."""
+    async def next_logs(self) -> LogBatch:
+        """Returns once this task has logged something: what it logged since the last call
+        (the supervisor's long poll, ``task_logs.py``)."""
+        return await self._log.next_batch()
+
+    async def shutdown(self) -> LogBatch:
+        """Stop the loops, then close the executor (spouts close, bolts clean up); returns what
+        was logged since the last ``next_logs``, closing included."""
+        self._log.closing = True
+        await self._close()
+        return self._log.drain()
+
+    async def _close(self) -> None:
         self._running = False
         for task in self._loops:
             task.cancel()

@@ -20,11 +20,9 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from .task_actor import TaskActor
-
-__all__ = ["MAX_RECORDS", "LogBatch", "LoggingTaskActor", "TaskLog", "replay"]
+__all__ = ["MAX_RECORDS", "LogBatch", "TaskLog", "install", "replay"]
 
 MAX_RECORDS = 1000
 """Records a task keeps for the driver between two ``next_logs`` calls."""
@@ -112,24 +110,6 @@ def install() -> TaskLog:
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
     return _installed
-
-
-class LoggingTaskActor(TaskActor):
-    """A ``TaskActor`` whose ``rayflow`` log goes to the driver (``next_logs``, ``shutdown``)."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self._log = install()
-
-    async def next_logs(self) -> LogBatch:
-        """Returns once this task has logged something: what it logged since the last call."""
-        return await self._log.next_batch()
-
-    async def shutdown(self) -> LogBatch:  # type: ignore[override]
-        """``TaskActor.shutdown``, then what was logged since the last ``next_logs``."""
-        self._log.closing = True
-        await super().shutdown()
-        return self._log.drain()
 
 
 def replay(logger: logging.Logger, where: str, batch: LogBatch) -> None:

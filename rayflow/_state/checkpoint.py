@@ -35,7 +35,7 @@ from typing import Any
 from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
-from .provider import StateError, StateProvider, open_provider
+from .provider import StateError, StateProvider, task_provider, topology_name
 
 __all__ = [
     "CHECKPOINT_COMPONENT",
@@ -62,7 +62,7 @@ _TX_KEY = "transaction"
 
 def namespace(conf: dict[str, Any], component: str, task: int) -> str:
     """Where one task's state lives in a provider: the topology's name, the component, the task."""
-    return f"{conf.get('topology.name') or 'topology'}/{component}/{task}"
+    return f"{topology_name(conf)}/{component}/{task}"
 
 
 class CheckpointSpout(Spout):
@@ -77,9 +77,7 @@ class CheckpointSpout(Spout):
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self.collector = collector
         self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
-        self.provider: StateProvider = open_provider(
-            conf["state_provider"], conf.get("state_provider_config"), str(conf.get("topology.name") or "topology")
-        )
+        self.provider: StateProvider = task_provider(conf)
         self.txid, self.phase = 0, COMMITTED
         self.loaded = False
         self.recovering = True

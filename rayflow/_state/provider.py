@@ -30,7 +30,15 @@ from .._dotted import resolve
 from .._errors import ConfigError, StateError
 from .._suggest import did_you_mean
 
-__all__ = ["BUILT_IN", "StateError", "StateProvider", "open_provider", "provider_class"]
+__all__ = [
+    "BUILT_IN",
+    "StateError",
+    "StateProvider",
+    "open_provider",
+    "provider_class",
+    "task_provider",
+    "topology_name",
+]
 
 
 class StateProvider(ABC):
@@ -90,3 +98,13 @@ def open_provider(name: str, config: dict[str, Any] | None, topology_name: str) 
     if config is not None and not isinstance(config, dict):
         raise ConfigError(f"state_provider_config must be a mapping, got {config!r}")
     return cls(dict(config or {}), topology_name)
+
+
+def topology_name(conf: dict[str, Any]) -> str:
+    """The name a task's config says its topology was submitted under (``"topology"`` if none)."""
+    return str(conf.get("topology.name") or "topology")
+
+
+def task_provider(conf: dict[str, Any]) -> StateProvider:
+    """The provider a task's config (``Config.to_conf()``) names, for that task to use."""
+    return open_provider(conf["state_provider"], conf.get("state_provider_config"), topology_name(conf))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .._config import DEFAULT_MAX_SPOUT_PENDING, Config
 from .._errors import ConfigError, StateError
 from .._topology import Topology
-from .provider import open_provider
+from .provider import open_provider, topology_name
 
 __all__ = ["STATEFUL_MAX_SPOUT_PENDING", "check_state_settings", "with_state_defaults"]
 
@@ -46,8 +46,7 @@ def check_state_settings(topology: Topology, conf: Config, *, reach: bool) -> No
             f"({timeout_ms:g} ms, message_timeout_secs={conf.message_timeout_secs:g}): a stateful bolt's "
             "acks wait for the next commit, so its input trees would time out before it"
         )
-    name = str(conf.model_extra.get("topology.name") or "topology") if conf.model_extra else "topology"
-    provider = open_provider(conf.state_provider, conf.state_provider_config, name)
+    provider = open_provider(conf.state_provider, conf.state_provider_config, topology_name(conf.model_extra or {}))
     if reach:
         try:
             provider.ping()

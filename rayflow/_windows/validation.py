@@ -8,8 +8,8 @@
   interval too) fits in ``message_timeout_secs`` -- a tuple's tree stays pending until its last
   window fires, so a longer window would time out every tree -- and a count window (length
   plus slide) fits in ``max_spout_pending`` when that is set, or the spouts stop before the
-  window fills and it never fires. Until the runners call it, each windowed bolt task also
-  reports these problems as an error when it is prepared (``config_problems``).
+  window fills and it never fires. Topology files put each problem on its bolt's line
+  (``config_problems``).
 
 Each problem names the bolt and the numbers.
 """

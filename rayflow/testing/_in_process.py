@@ -30,11 +30,10 @@ from .._errors import RayflowError
 from .._executors import Executor, SpoutExecutor, make_executor
 from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
+from .._run_checks import config_to_run
 from .._state.checkpoint import CHECKPOINT_STREAM
-from .._state.validation import check_state_settings, with_state_defaults
 from .._topology import ACKER_COMPONENT, Topology
 from .._tuple import DEFAULT_STREAM
-from .._windows.validation import check_window_settings
 
 __all__ = ["Delivery", "InProcessTopology", "Recorder"]
 
@@ -130,10 +129,7 @@ class InProcessTopology:
         if "state_provider" not in config.model_fields_set:
             # A test's state lives as long as the run: nothing written outside the process.
             config = config.merged({"state_provider": "memory"})
-        config = with_state_defaults(topology, config)
-        check_state_settings(topology, config, reach=False)
-        check_window_settings(topology, config)
-        self.conf = config
+        self.conf = config_to_run(topology, config, reach=False)
         self.layout = topology.task_layout(self.conf.ackers)
         self.delivery = delivery
         self.seed = seed

@@ -208,3 +208,31 @@ def report(title: str, total: int, counts: dict[int, int], monkey: Monkey, start
             f"{done_during / chaos_secs:,.0f} msg/s from the first kill to the end ({chaos_secs:.1f} s)"
         )
     return "\n".join(lines)
+
+
+@dataclass
+class StreamGroup:
+    """A Redis stream filled with messages ``0 .. total-1`` and the consumer group reading it."""
+
+    client: Any
+    stream: str
+    group: str
+    total: int
+
+    def fill(self) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for n in range(self.total):
+            pipe.xadd(self.stream, {"body": message(n)})
+        pipe.execute()
+
+    def info(self) -> dict[str, Any]:
+        groups = {g["name"].decode(): g for g in self.client.xinfo_groups(self.stream)}
+        return groups.get(self.group) or {"pending": self.total, "lag": self.total, "entries-read": 0}
+
+    def state(self) -> tuple[int, int]:
+        """Entries pending (delivered, not acked) and not yet read."""
+        info = self.info()
+        return int(info["pending"]), int(info["lag"] or 0)
+
+    def delivered(self) -> int:
+        return int(self.info()["entries-read"] or 0)

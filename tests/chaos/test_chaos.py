@@ -14,7 +14,7 @@ import pytest
 
 import rayflow
 from rayflow import Config, TopologyBuilder
-from tests.chaos.chaos_kit import Count, Ledger, Monkey, Record, Split, message, report
+from tests.chaos.chaos_kit import Count, Ledger, Monkey, Record, Split, StreamGroup, message, report
 from tests.connectors.brokers import RABBITMQ_URL, REDIS_URL, require_rabbitmq, require_redis, unique
 
 pytestmark = [pytest.mark.chaos, pytest.mark.broker, pytest.mark.ray]
@@ -121,18 +121,8 @@ def test_redis_streams_nothing_lost_when_tasks_die(ray_cluster: str, redis_clien
 
     stream, key, group = unique("chaos-stream"), unique("chaos-seen"), "chaos"
     try:
-        pipe = redis_client.pipeline(transaction=False)
-        for n in range(TOTAL):
-            pipe.xadd(stream, {"body": message(n)})
-        pipe.execute()
-
-        def group_info() -> dict[str, Any]:
-            groups = {g["name"].decode(): g for g in redis_client.xinfo_groups(stream)}
-            return groups.get(group) or {"pending": TOTAL, "lag": TOTAL, "entries-read": 0}
-
-        def group_state() -> tuple[int, int]:
-            info = group_info()
-            return int(info["pending"]), int(info["lag"] or 0)
+        entries = StreamGroup(redis_client, stream, group, TOTAL)
+        entries.fill()
 
         spout = RedisStreamSpout(stream, group, claim_idle_ms=15_000)
         handle = rayflow.submit_topology(unique("chaos-redis"), CONF, build(spout, key))
@@ -142,11 +132,11 @@ def test_redis_streams_nothing_lost_when_tasks_die(ray_cluster: str, redis_clien
                 handle,
                 redis_client,
                 key,
-                drained=lambda: group_state() == (0, 0),
-                delivered=lambda: int(group_info()["entries-read"] or 0),
+                drained=lambda: entries.state() == (0, 0),
+                delivered=entries.delivered,
             )
         finally:
             handle.kill()
-        assert group_state() == (0, 0), "entries left pending or unread in the consumer group"
+        assert entries.state() == (0, 0), "entries left pending or unread in the consumer group"
     finally:
         redis_client.delete(stream, key)

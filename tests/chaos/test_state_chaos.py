@@ -20,7 +20,7 @@ import pytest
 import rayflow
 from rayflow import Config, KeyValueState, OutputCollector, StatefulBolt, TopologyBuilder, TopologyContext, Tuple
 from rayflow._state.provider import open_provider
-from tests.chaos.chaos_kit import WORDS_PER_MESSAGE, Ledger, Monkey, Record, Split, message, report
+from tests.chaos.chaos_kit import WORDS_PER_MESSAGE, Ledger, Monkey, Record, Split, StreamGroup, message, report
 from tests.chaos.test_chaos import redis_client, spout_pending  # noqa: F401 -- the fixture
 from tests.connectors.brokers import REDIS_URL, unique
 
@@ -67,18 +67,8 @@ def test_redis_streams_no_committed_update_lost_when_tasks_die(ray_cluster: str,
         }
     )
     try:
-        pipe = redis_client.pipeline(transaction=False)
-        for n in range(TOTAL):
-            pipe.xadd(stream, {"body": message(n)})
-        pipe.execute()
-
-        def group_info() -> dict[str, Any]:
-            groups = {g["name"].decode(): g for g in redis_client.xinfo_groups(stream)}
-            return groups.get(group) or {"pending": TOTAL, "lag": TOTAL, "entries-read": 0}
-
-        def group_state() -> tuple[int, int]:
-            info = group_info()
-            return int(info["pending"]), int(info["lag"] or 0)
+        entries = StreamGroup(redis_client, stream, group, TOTAL)
+        entries.fill()
 
         builder = TopologyBuilder()
         builder.set_spout("source", RedisStreamSpout(stream, group, claim_idle_ms=15_000))
@@ -89,11 +79,10 @@ def test_redis_streams_no_committed_update_lost_when_tasks_die(ray_cluster: str,
         try:
             started = time.monotonic()
             ledger = Ledger(redis_client, key)
-            delivered = lambda: int(group_info()["entries-read"] or 0)  # noqa: E731
-            monkey = Monkey(handle, ledger, delivered, TOTAL, list(PLAN))
+            monkey = Monkey(handle, ledger, entries.delivered, TOTAL, list(PLAN))
             done = False
             while time.monotonic() < started + DEADLINE_SECS:
-                finished = monkey.step() and ledger.seen() == TOTAL and group_state() == (0, 0)
+                finished = monkey.step() and ledger.seen() == TOTAL and entries.state() == (0, 0)
                 if finished and spout_pending(handle) == 0:
                     done = True
                     break
