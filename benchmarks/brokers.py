@@ -1,7 +1,8 @@
 """Broker spouts against their bare clients, side by side in one run. Not a test: run it on a
-quiet machine, with RabbitMQ on 127.0.0.1:5672 (guest/guest) and Redis on 127.0.0.1:6379.
+quiet machine, with RabbitMQ on 127.0.0.1:5672 (guest/guest), Redis on 127.0.0.1:6379 and NATS
+(JetStream enabled) on 127.0.0.1:4222.
 
-    python benchmarks/brokers.py [--messages N] [--rounds 3] [--brokers rabbitmq redis] [--old-ref HEAD]
+    python benchmarks/brokers.py [--messages N] [--rounds 3] [--brokers rabbitmq redis nats] [--old-ref HEAD]
 
 Every configuration drains the same N JSON messages from a fresh queue (or stream) and parses
 each one (``json.loads``) before acking it:
@@ -11,18 +12,29 @@ each one (``json.loads``) before acking it:
   ``multiple=True`` every 500 messages and after the last);
 - redis: stream -> ``RedisStreamSpout`` -> the same bolt against a bare redis-py loop
   (``XREADGROUP count=1000`` and one ``XACK`` per read);
-- ``--old-ref REF`` also runs both spouts as they are at that git revision (``git show``), to
-  measure a change against what it replaces in the same run.
+- nats: JetStream stream -> ``NatsJetStreamSpout`` -> the same bolt against two bare nats-py
+  loops on a durable pull consumer, each acking every message (explicit acks are one message
+  at a time): ``fetch(500)``, nats-py's pull API, and a hand-made pull (a request for 500 at a
+  time answered to an inbox subscription with a callback, as the spout pulls), which spares
+  ``fetch``'s timer per message;
+- ``--old-ref REF`` also runs the RabbitMQ and Redis spouts as they are at that git revision
+  (``git show``), to measure a change against what it replaces in the same run;
+- ``--cpu`` measures this process's CPU time per message instead, which a busy machine
+  disturbs far less than the wall clock: each spout is driven in this process, without Ray (a
+  stand-in collector; the driver parses each message and acks it at once, as the bolt and the
+  acker would), from ``open`` to ``close``, and each bare loop from its first read to its last
+  ack. The client threads count (the NATS spout's), the brokers' own processes do not.
 
 The clock runs from activation (or the first read) until the last message is acked to the
-broker; filling the queue is not timed. Rounds interleave the configurations and turn their
-order round every round; each ratio is the median of the rounds' ratios of two runs made one
-after the other (``paired_ratio``).
+broker; filling the queue is not timed. With ``--cpu`` the rates are messages per CPU second.
+Rounds interleave the configurations and turn their order round every round; each ratio is the
+median of the rounds' ratios of two runs made one after the other (``paired_ratio``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -37,13 +49,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere: find benchmarks/
 
+import asyncio  # noqa: E402
+
+import nats  # noqa: E402
+import nats.errors  # noqa: E402
 import pika  # noqa: E402
 import redis  # noqa: E402
+from nats.js.api import AckPolicy, ConsumerConfig  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 from benchmarks.wordcount import _median, paired_ratio  # noqa: E402
 from rayflow import Bolt, Config, LocalCluster, OutputCollector, TopologyBuilder, TopologyContext, Tuple  # noqa: E402
 from rayflow._components import Spout  # noqa: E402
+from rayflow._tuple import DEFAULT_STREAM  # noqa: E402
+from rayflow.connectors.nats import NatsJetStreamSpout  # noqa: E402
 from rayflow.connectors.rabbitmq import RabbitMQSpout  # noqa: E402
 from rayflow.connectors.redis import RedisStreamSpout  # noqa: E402
 
@@ -52,6 +71,17 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 BARE_PREFETCH = 5000
 BARE_ACK_EVERY = 500
 BARE_READ_COUNT = 1000
+NATS_URL = "nats://127.0.0.1:4222"
+BARE_FETCH = 500
+BARE_MAX_ACK_PENDING = 20_000
+
+
+def measured(n: int, seconds: float, cpu_secs: float | None = None) -> dict[str, Any]:
+    """A run's figures: wall time and rate, and (when measured) this process's CPU time per message."""
+    run: dict[str, Any] = {"messages": n, "seconds": seconds, "msgs_per_s": n / seconds}
+    if cpu_secs is not None:
+        run.update(cpu_secs=cpu_secs, cpu_us_per_msg=cpu_secs / n * 1e6, msgs_per_cpu_s=n / max(cpu_secs, 1e-9))
+    return run
 
 
 def message(i: int) -> bytes:
@@ -116,22 +146,26 @@ def run_bare_pika(n: int) -> dict[str, Any]:
             ch.basic_ack(method.delivery_tag, multiple=True)
             done[1] = 0
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     channel.basic_consume(queue, on_message)
     while done[0] < n:
         connection.process_data_events(time_limit=0.01)
     if done[1]:
         channel.basic_ack(done[1], multiple=True)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     connection.close()
     left = delete_queue(queue)
     assert left == 0, f"bare pika left {left} messages"
-    return {"messages": n, "seconds": elapsed, "msgs_per_s": n / elapsed}
+    return measured(n, elapsed, cpu)
 
 
 def run_rayflow(
-    cluster: LocalCluster, n: int, spout: Spout, name: str, until_empty: Callable[[], bool]
+    cluster: LocalCluster | None, n: int, spout: Spout, name: str, until_empty: Callable[[], bool]
 ) -> dict[str, Any]:
+    """Drain ``n`` messages through ``spout`` -> ``ParseBolt`` on ``cluster`` (or in this
+    process, without Ray, when ``cluster`` is ``None``: ``--cpu``)."""
+    if cluster is None:
+        return drive_in_process(spout, n, name, until_empty)
     builder = TopologyBuilder()
     builder.set_spout("source", spout)
     builder.set_bolt("parse", ParseBolt()).shuffle_grouping("source")
@@ -157,7 +191,58 @@ def run_rayflow(
     return {"messages": n, "seconds": elapsed, "msgs_per_s": n / elapsed}
 
 
-def run_rabbitmq_spout(cluster: LocalCluster, n: int, spout_class: Callable[[str], Spout], name: str) -> dict[str, Any]:
+class AckingCollector:
+    """Stands in for the spout executor in ``--cpu`` runs: keeps what the spout emits for the
+    driver, which parses each message and acks it."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[list[Any], Any]] = []
+
+    def emit(self, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        self.emitted.append((values, msg_id))
+        return []
+
+    def exhausted(self) -> None:
+        pass
+
+    def report_error(self, exc: BaseException) -> None:
+        print(f"  the spout reported: {type(exc).__name__}: {exc}", flush=True)
+
+    def count(self, name: str, amount: int = 1) -> None:
+        pass
+
+
+def drive_in_process(spout: Spout, n: int, name: str, until_empty: Callable[[], bool]) -> dict[str, Any]:
+    collector = AckingCollector()
+    conf = {"max_spout_pending": Config().max_spout_pending, "message_timeout_secs": 30.0}
+    started, cpu = time.perf_counter(), time.process_time()
+    deadline = started + 600
+    spout.open(conf, TopologyContext(1, {1: "source"}, {"source": {}}), collector)  # type: ignore[arg-type]
+    spout.activate()
+    done = 0
+    while done < n:
+        spout.next_tuple()
+        emitted, collector.emitted = collector.emitted, []
+        for values, msg_id in emitted:
+            record = json.loads(values[0])
+            done += record["amount"] >= 0
+            spout.ack(msg_id)
+        if not emitted:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{name}: {done} of {n} messages after 600 s")
+            time.sleep(0.0002)  # waiting for the broker: no CPU
+    spout.close()
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    while not until_empty():
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"{name}: the broker still holds messages after 600 s")
+        time.sleep(0.01)
+    return measured(n, elapsed, cpu)
+
+
+def run_rabbitmq_spout(
+    cluster: LocalCluster | None, n: int, spout_class: Callable[[str], Spout], name: str
+) -> dict[str, Any]:
     queue = fill_queue(n)
     try:
         return run_rayflow(cluster, n, spout_class(queue), name, lambda: queue_state(queue)[0] == 0)
@@ -208,7 +293,7 @@ def run_bare_redis(n: int) -> dict[str, Any]:
     client = redis.Redis.from_url(REDIS_URL)
     client.xgroup_create(stream, "bench", id="0")
     done = 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while done < n:
         reply: Any = client.xreadgroup("bench", "bare", {stream: ">"}, count=BARE_READ_COUNT)
         entries = reply[0][1] if reply else []
@@ -217,13 +302,15 @@ def run_bare_redis(n: int) -> dict[str, Any]:
             done += record["amount"] >= 0
         if entries:
             client.xack(stream, "bench", *[entry_id for entry_id, _ in entries])
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     client.delete(stream)
     client.close()
-    return {"messages": n, "seconds": elapsed, "msgs_per_s": n / elapsed}
+    return measured(n, elapsed, cpu)
 
 
-def run_redis_spout(cluster: LocalCluster, n: int, spout_class: Callable[..., Spout], name: str) -> dict[str, Any]:
+def run_redis_spout(
+    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str
+) -> dict[str, Any]:
     stream = fill_stream(n)
     spout = spout_class(stream, "bench", fields=("body",))
     try:
@@ -232,18 +319,157 @@ def run_redis_spout(cluster: LocalCluster, n: int, spout_class: Callable[..., Sp
         redis.Redis.from_url(REDIS_URL).delete(stream)
 
 
+# -- NATS JetStream ---------------------------------------------------------------------------
+async def _nats(work: Callable[[Any, Any], Any]) -> Any:
+    client = await nats.connect(NATS_URL)
+    try:
+        return await work(client, client.jetstream())
+    finally:
+        await client.close()
+
+
+def fill_nats_stream(n: int) -> str:
+    """A new stream holding ``n`` messages on subject ``<stream>.m`` (published without waiting
+    for each ack, then counted)."""
+    stream = f"rayflow_bench_{uuid.uuid4().hex[:8]}"
+
+    async def fill(client: Any, js: Any) -> None:
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        for i in range(n):
+            await client.publish(f"{stream}.m", message(i))
+        await client.flush()
+        while (await js.stream_info(stream)).state.messages < n:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(_nats(fill))
+    return stream
+
+
+def delete_nats_stream(stream: str) -> None:
+    async def delete(_: Any, js: Any) -> None:
+        await js.delete_stream(stream)
+
+    asyncio.run(_nats(delete))
+
+
+def nats_unacked(stream: str, durable: str) -> int:
+    """Messages of consumer ``durable`` delivered and not acked, or not delivered yet."""
+
+    async def count(_: Any, js: Any) -> int:
+        info = await js.consumer_info(stream, durable)
+        return int(info.num_ack_pending) + int(info.num_pending)
+
+    result: int = asyncio.run(_nats(count))
+    return result
+
+
+def run_bare_nats(n: int) -> dict[str, Any]:
+    stream = fill_nats_stream(n)
+
+    async def drain(client: Any, js: Any) -> tuple[float, float]:
+        config = ConsumerConfig(
+            durable_name="bare", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=BARE_MAX_ACK_PENDING
+        )
+        await js.add_consumer(stream, config)
+        subscription = await js.pull_subscribe_bind("bare", stream)
+        done = 0
+        started, cpu = time.perf_counter(), time.process_time()
+        while done < n:
+            try:
+                messages = await subscription.fetch(BARE_FETCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            for msg in messages:
+                record = json.loads(msg.data)
+                done += record["amount"] >= 0
+                await msg.ack()
+        await client.flush()  # the last acks out; then the clock stops once the server has them all
+        cpu = time.process_time() - cpu
+        while (await js.consumer_info(stream, "bare")).num_ack_pending:
+            await asyncio.sleep(0.001)
+        return time.perf_counter() - started, cpu
+
+    try:
+        elapsed, cpu = asyncio.run(_nats(drain))
+    finally:
+        delete_nats_stream(stream)
+    return measured(n, elapsed, cpu)
+
+
+def run_bare_nats_callback(n: int) -> dict[str, Any]:
+    stream = fill_nats_stream(n)
+
+    async def drain(client: Any, js: Any) -> tuple[float, float]:
+        config = ConsumerConfig(
+            durable_name="bare", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=BARE_MAX_ACK_PENDING
+        )
+        await js.add_consumer(stream, config)
+        inbox = client.new_inbox()
+        received: list[Any] = []
+        request_over = asyncio.Event()
+
+        async def on_message(msg: Any) -> None:
+            if msg.headers and msg.headers.get("Status"):
+                if msg.headers["Status"] != "100":  # 404, 408, 409: this request is over
+                    request_over.set()
+                return
+            received.append(msg)
+            if len(received) >= BARE_FETCH:
+                request_over.set()
+
+        await client.subscribe(inbox, cb=on_message)
+        request = json.dumps({"batch": BARE_FETCH, "expires": 1_000_000_000}).encode()
+        done = 0
+        started, cpu = time.perf_counter(), time.process_time()
+        while done < n:
+            request_over.clear()
+            await client.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.bare", request, reply=inbox)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(request_over.wait(), 2.0)
+            messages, received[:] = received[:], []
+            for msg in messages:
+                record = json.loads(msg.data)
+                done += record["amount"] >= 0
+                await msg.ack()
+        await client.flush()
+        cpu = time.process_time() - cpu
+        while (await js.consumer_info(stream, "bare")).num_ack_pending:
+            await asyncio.sleep(0.001)
+        return time.perf_counter() - started, cpu
+
+    try:
+        elapsed, cpu = asyncio.run(_nats(drain))
+    finally:
+        delete_nats_stream(stream)
+    return measured(n, elapsed, cpu)
+
+
+def run_nats_spout(
+    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str
+) -> dict[str, Any]:
+    stream = fill_nats_stream(n)
+    spout = spout_class(stream, "bench", fields=("data",))
+    try:
+        return run_rayflow(cluster, n, spout, name, lambda: nats_unacked(stream, "bench") == 0)
+    finally:
+        delete_nats_stream(stream)
+
+
 # -- the run ----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100_000, help="messages per run")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--brokers", nargs="*", default=["rabbitmq", "redis"], choices=["rabbitmq", "redis"])
+    parser.add_argument(
+        "--brokers", nargs="*", default=["rabbitmq", "redis", "nats"], choices=["rabbitmq", "redis", "nats"]
+    )
     parser.add_argument("--old-ref", metavar="REF", help="also run the spouts of this git revision")
+    parser.add_argument("--cpu", action="store_true", help="CPU time per message, spouts in this process (no Ray)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
     n = args.messages
 
-    configurations: dict[str, Callable[[LocalCluster], dict[str, Any]]] = {}
+    configurations: dict[str, Callable[[LocalCluster | None], dict[str, Any]]] = {}
     if "rabbitmq" in args.brokers:
         configurations["bare pika"] = lambda _: run_bare_pika(n)
         configurations["RabbitMQSpout"] = lambda c: run_rabbitmq_spout(c, n, RabbitMQSpout, "rabbitmq-spout")
@@ -258,23 +484,32 @@ def main(argv: list[str] | None = None) -> int:
         if args.old_ref:
             old_redis = old_module(args.old_ref, "redis").RedisStreamSpout
             configurations[f"RedisStreamSpout@{args.old_ref}"] = lambda c: run_redis_spout(c, n, old_redis, "redis-old")
+    if "nats" in args.brokers:
+        configurations["bare nats-py"] = lambda _: run_bare_nats(n)
+        configurations["bare nats-py callback"] = lambda _: run_bare_nats_callback(n)
+        configurations["NatsJetStreamSpout"] = lambda c: run_nats_spout(c, n, NatsJetStreamSpout, "nats-spout")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configurations}
-    with LocalCluster() as cluster:
+    rate, unit = ("msgs_per_cpu_s", "msg/CPU-s") if args.cpu else ("msgs_per_s", "msg/s")
+    with contextlib.nullcontext(None) if args.cpu else LocalCluster() as cluster:
         order = list(configurations)
         for round_ in range(args.rounds):
             for name in order if round_ % 2 == 0 else reversed(order):
                 runs[name].append(configurations[name](cluster))
-                print(f"  round {round_ + 1}: {name:<24}{runs[name][-1]['msgs_per_s']:>10,.0f} msg/s", flush=True)
+                run = runs[name][-1]
+                cpu = f"   {run['cpu_us_per_msg']:6.1f} CPU-us/msg" if "cpu_us_per_msg" in run else ""
+                print(f"  round {round_ + 1}: {name:<24}{run['msgs_per_s']:>10,.0f} msg/s{cpu}", flush=True)
 
     def rate_key(runs_: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**r, "words_per_s": r["msgs_per_s"]} for r in runs_]
+        return [{**r, "words_per_s": r[rate]} for r in runs_]
 
     pairs = [("RabbitMQSpout", "bare pika"), ("RedisStreamSpout", "bare redis-py")]
     for spout, bare in pairs[:]:
         pairs += [(f"{spout}@{args.old_ref}", bare), (spout, f"{spout}@{args.old_ref}")]
+    pairs += [("NatsJetStreamSpout", "bare nats-py"), ("NatsJetStreamSpout", "bare nats-py callback")]
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "messages": n,
+        "measure": unit,
         "runs": {name: _median(rate_key(r)) for name, r in runs.items()},
         "paired_ratios": {
             f"{a} / {b}": paired_ratio(rate_key(runs[a]), rate_key(runs[b]))
@@ -282,10 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             if a in runs and b in runs
         },
     }
-    print(f"\n{'configuration':<28}{'msg/s (median)':>16}   runs")
+    print(f"\n{'configuration':<28}{unit + ' (median)':>20}   runs")
     for name, run in results["runs"].items():
         each = ", ".join(f"{r['words_per_s'] / 1000:.1f}k" for r in run["runs"])
-        print(f"{name:<28}{run['msgs_per_s']:>16,.0f}   {each}")
+        print(f"{name:<28}{run[rate]:>20,.0f}   {each}")
     for name, ratio in results["paired_ratios"].items():
         rounds = ", ".join(f"{r:.3f}" for r in ratio["rounds"])
         print(f"{name:<44}{ratio['median']:>8.3f}x   (rounds: {rounds})")

@@ -34,6 +34,8 @@ class SpoutTask(Protocol):
 
     def report_error(self, exc: BaseException, where: str) -> None: ...
 
+    def count(self, name: str, amount: int) -> None: ...
+
 
 class BoltTask(Protocol):
     """What a bolt's collector needs from the task running the bolt."""
@@ -81,6 +83,14 @@ class SpoutOutputCollector:
     def report_error(self, exc: BaseException) -> None:
         """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
         self._task.report_error(exc, "reported by the spout")
+
+    def count(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to this task's own counter ``name`` (an identifier that is not a
+        built-in metric's name; it starts at 0, so ``count(name, 0)`` makes it show before
+        anything happened). It shows in ``task_metrics()[task][name]`` and, summed over the
+        component's tasks, in ``metrics()[component][name]``; e.g. the broker spouts'
+        ``dead_lettered``."""
+        self._task.count(name, amount)
 
 
 class OutputCollector:

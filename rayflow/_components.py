@@ -37,9 +37,12 @@ class OutputFieldsDeclarer:
         self.streams: dict[str, StreamDeclaration] = {}
 
     def declare(self, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
+        """Declare the fields of the default stream (``direct``: it takes ``emit_direct`` only)."""
         self.declare_stream(DEFAULT_STREAM, fields, direct)
 
     def declare_stream(self, stream_id: str, fields: list[str] | tuple[str, ...], direct: bool = False) -> None:
+        """Declare a named stream and its fields. Raises ``TopologyError`` for an empty id, a
+        stream declared twice, or fields that are not distinct names."""
         if not isinstance(stream_id, str) or not stream_id:
             raise TopologyError([f"stream id must be a non-empty string, got {stream_id!r}"])
         if stream_id in self.streams:
@@ -56,6 +59,8 @@ class _Component:
     """Shorthand: the default ``declare_output_fields`` declares these on the default stream."""
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """Declare the streams this component emits on ``declarer``; the default declares
+        ``outputs`` on the default stream."""
         if self.outputs is not None:
             declarer.declare(list(self.outputs))
 
@@ -70,6 +75,8 @@ class Spout(_Component):
     """A source of tuples. Emit from ``next_tuple``; ``ack``/``fail`` report the fate of a tree."""
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        """Called once in each task before ``next_tuple`` (again in a restarted task): keep the
+        collector, open connections. ``conf`` is the topology's config with this component's."""
         pass
 
     def next_tuple(self) -> None:
@@ -82,12 +89,16 @@ class Spout(_Component):
         """The tree rooted at ``msg_id`` failed somewhere or timed out: replay it if you need to."""
 
     def activate(self) -> None:
+        """The topology was activated: ``next_tuple`` is called from now on."""
         pass
 
     def deactivate(self) -> None:
+        """The topology was deactivated: ``next_tuple`` is not called until it is activated
+        again; acks and fails of trees in flight still arrive."""
         pass
 
     def close(self) -> None:
+        """The task is shutting down (the topology is killed). A task that dies is not told."""
         pass
 
 
@@ -95,12 +106,17 @@ class Bolt(_Component):
     """A processing step. ``execute`` must ack or fail every input tuple, now or later."""
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        """Called once in each task before ``execute`` (again in a restarted task): keep the
+        collector. ``conf`` is the topology's config with this component's."""
         pass
 
     def execute(self, tup: Tuple) -> None:
+        """Process one input; ack or fail it with the collector, now or later. An exception
+        fails it, is counted and logged, and the task goes on."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute(tup)")
 
     def cleanup(self) -> None:
+        """The task is shutting down (the topology is killed). A task that dies is not told."""
         pass
 
 
@@ -136,10 +152,13 @@ class BasicBolt(_Component):
     """
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        """Called once in each task before ``execute`` (again in a restarted task)."""
         pass
 
     def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        """Process one input: emits go out anchored to it, and it is acked on return."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute(tup, collector)")
 
     def cleanup(self) -> None:
+        """The task is shutting down (the topology is killed). A task that dies is not told."""
         pass

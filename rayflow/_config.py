@@ -12,19 +12,23 @@ making a ``Config`` raises ``ConfigError`` listing the same problems.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from ._errors import ConfigError
 from ._suggest import did_you_mean
 
-__all__ = ["DEFAULT_MAX_SPOUT_PENDING", "Config", "ConfigProblem"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SPOUT_PENDING", "Config", "ConfigProblem"]
 
 DEFAULT_MAX_SPOUT_PENDING = 5000
+DEFAULT_MAX_FRAME_BYTES = 256 * 1024 * 1024
+"""256 MiB: five times the largest tuple the tests send (50 MB), with room for a batch of large
+tuples, and still a bound a task's memory survives when a peer announces a huge frame."""
 _NAMESPACE = "rayflow."
 _VALUES_ONLY = "rayflow.config.values_only"
 """Validation context flag: check the values only (``Config.problems`` has checked the keys)."""
@@ -89,6 +93,23 @@ class Config(BaseModel):
     backlog a stuck task may build before its producers stop."""
     task_cpus: float = Field(0.01, ge=0, alias="rayflow.task.cpus")
     """Ray CPU resource reserved per task actor: fractional so small machines place topologies."""
+    max_frame_bytes: int = Field(DEFAULT_MAX_FRAME_BYTES, ge=1024, alias="rayflow.stream.max.frame.bytes")
+    """The largest frame (one batch of tuples, pickled) a task accepts on a stream; a longer one
+    closes the stream, and a sender drops a frame over it (its trees time out and replay)."""
+    bind_host: str | None = Field(None, alias="rayflow.stream.bind.host")
+    """The IP address task actors listen on. ``None``: the node's IP as Ray knows it. An address
+    of every interface (``0.0.0.0``, ``::``) listens on all of them and still tells peers the
+    node's IP; an address that does not exist on a node fails the task's start, naming it."""
+
+    @field_validator("bind_host")
+    @classmethod
+    def _an_ip_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError("must be an IP address such as 10.0.0.5 or 0.0.0.0") from None
+        return value
 
     @model_validator(mode="wrap")
     @classmethod

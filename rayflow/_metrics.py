@@ -3,32 +3,53 @@
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
 from typing import Any
+
+from ._errors import ConfigError
 
 __all__ = ["LatencySamples", "TaskMetrics", "merge", "merge_by_component"]
 
 SAMPLE_SIZE = 4096
 
+LATENCY_BUCKETS_SECS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
+)  # fmt: skip
+"""Upper bounds (inclusive, seconds) of the latency histogram's buckets; a last one, +Inf, takes
+the rest. From a fast bolt's execute (0.1 ms) to a tree that takes a minute to complete."""
+
 
 class LatencySamples:
     """The most recent sampled latencies (seconds), kept for percentiles, plus the mean of
-    every sample."""
+    every sample and how many fell in each bucket of ``LATENCY_BUCKETS_SECS`` -- what a
+    Prometheus histogram needs (``_bucket``, ``_sum``, ``_count``), since the start of the task."""
 
-    __slots__ = ("recent", "total", "count")
+    __slots__ = ("recent", "total", "count", "buckets")
 
     def __init__(self) -> None:
         self.recent: deque[float] = deque(maxlen=SAMPLE_SIZE)
         self.total = 0.0
         self.count = 0
+        self.buckets = [0] * (len(LATENCY_BUCKETS_SECS) + 1)
+        """Samples per bucket (not cumulative), the last one for samples over every bound."""
 
     def add(self, seconds: float) -> None:
         self.recent.append(seconds)
         self.total += seconds
         self.count += 1
+        self.buckets[bisect_left(LATENCY_BUCKETS_SECS, seconds)] += 1
 
     def snapshot(self) -> dict[str, Any]:
-        return {"recent": list(self.recent), "total": self.total, "count": self.count}
+        """``buckets`` is cumulative, as Prometheus has it: ``buckets[i]`` samples were at most
+        ``LATENCY_BUCKETS_SECS[i]``, and the last one (+Inf) is ``count``."""
+        return {
+            "recent": list(self.recent),
+            "total": self.total,
+            "count": self.count,
+            "buckets": list(accumulate(self.buckets)),
+        }
 
 
 class TaskMetrics:
@@ -45,10 +66,24 @@ class TaskMetrics:
         self.failed = 0
         self.executed = 0
         self.errors = 0
-        self.last_error: str | None = None
+        self._last_error: str | None = None
+        self.last_error_at: float | None = None
+        """When ``last_error`` was set (``time.time()``): the web page lists errors with it."""
         self.latencies: dict[str, LatencySamples] = {}
         self.busy_secs = 0.0
         self.started = time.monotonic()
+        self.custom: dict[str, int] = {}
+        """A component's own counters (``SpoutOutputCollector.count``), beside the ones above."""
+
+    @property
+    def last_error(self) -> str | None:
+        """The last error a component raised or reported, as ``where: Type: message``."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, text: str | None) -> None:
+        self._last_error = text
+        self.last_error_at = time.time()
 
     def latency(self, name: str) -> LatencySamples:
         samples = self.latencies.get(name)
@@ -56,11 +91,25 @@ class TaskMetrics:
             samples = self.latencies[name] = LatencySamples()
         return samples
 
+    def count(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the own counter ``name``, created at 0 by its first use."""
+        if name not in self.custom:
+            if not isinstance(name, str) or not name.isidentifier() or name in RESERVED_NAMES:
+                raise ConfigError(
+                    f"a counter name must be an identifier other than {sorted(RESERVED_NAMES)}, got {name!r}"
+                )
+            self.custom[name] = 0
+        self.custom[name] += amount
+
     def snapshot(self, **extra: Any) -> dict[str, Any]:
         snap: dict[str, Any] = {name: getattr(self, name) for name in self.COUNTERS}
+        if self.custom:
+            snap.update(self.custom)
+            snap["custom_counters"] = list(self.custom)
         snap.update(
             kind=self.kind,
             last_error=self.last_error,
+            last_error_at=self.last_error_at,
             latencies={k: v.snapshot() for k, v in self.latencies.items()},
             busy_secs=self.busy_secs,
             uptime_secs=time.monotonic() - self.started,
@@ -84,6 +133,15 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
 STATEFUL_COUNTERS = ("checkpoints", "rollbacks")
 """Commits and rollbacks of a stateful bolt's state."""
 
+RESERVED_NAMES = frozenset(
+    (*TaskMetrics.COUNTERS, *STATEFUL_COUNTERS)
+    + ("kind", "last_error", "last_error_at", "latencies", "busy_secs", "uptime_secs", "custom_counters", "tasks")
+    + ("calls_in",)
+    + ("calls_out", "pending", "timed_out", "exhausted", "finished", "capacity", "restarts", "alive", "pid")
+    + ("node_id", "component", "complete_latency_ms", "process_latency_ms", "execute_latency_ms")
+)
+"""Keys of a snapshot or of a component's summary: an own counter may not take one of them."""
+
 LATENCIES = {"spout": ("complete_latency_ms",), "bolt": ("process_latency_ms", "execute_latency_ms")}
 
 
@@ -97,6 +155,8 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     for name in STATEFUL_COUNTERS:  # only a stateful bolt's tasks have them
         if name in snapshots[0]:
             out[name] = sum(s.get(name, 0) for s in snapshots)
+    for name in dict.fromkeys(n for s in snapshots for n in s.get("custom_counters", ())):
+        out[name] = sum(s.get(name, 0) for s in snapshots)
     errors = [s["last_error"] for s in snapshots if s["last_error"]]
     out["last_error"] = errors[-1] if errors else None
     for name in LATENCIES.get(kind, ()):

@@ -107,38 +107,54 @@ class BoltDeclarer:
         self._spec = spec
 
     def grouping(self, component_id: str, grouping: Grouping, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Subscribe to ``stream`` of ``component_id`` with a grouping object (the methods below
+        make the built-in ones)."""
         self._spec.inputs.append(Subscription(component_id, stream, grouping))
         return self
 
     def shuffle_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Spread the stream evenly over this bolt's tasks."""
         return self.grouping(component_id, ShuffleGrouping(), stream)
 
     def fields_grouping(self, component_id: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Send tuples with equal values in ``fields`` to the same task; the source must declare
+        the fields (checked by ``create_topology``)."""
         return self.grouping(component_id, FieldsGrouping(_field_list(fields)), stream)
 
     def all_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Send every tuple to every task of this bolt."""
         return self.grouping(component_id, AllGrouping(), stream)
 
     def global_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Send the whole stream to this bolt's lowest task id."""
         return self.grouping(component_id, GlobalGrouping(), stream)
 
     def none_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Don't care: the same as ``shuffle_grouping``, as in Storm."""
         return self.grouping(component_id, NoneGrouping(), stream)
 
     def direct_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Let the emitter pick the task with ``emit_direct``; the stream must be declared
+        ``direct=True``."""
         return self.grouping(component_id, DirectGrouping(), stream)
 
     def local_or_shuffle_grouping(self, component_id: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Shuffle among this bolt's tasks on the emitting task's node; among all of them if none
+        is there."""
         return self.grouping(component_id, LocalOrShuffleGrouping(), stream)
 
     def partial_key_grouping(
         self, component_id: str, fields: Sequence[str], stream: str = DEFAULT_STREAM
     ) -> BoltDeclarer:
+        """Key grouping over two candidate tasks per key, the less loaded one: a hot key is split
+        over two tasks."""
         return self.grouping(component_id, PartialKeyGrouping(_field_list(fields)), stream)
 
     def custom_grouping(
         self, component_id: str, grouping: CustomStreamGrouping, stream: str = DEFAULT_STREAM
     ) -> BoltDeclarer:
+        """Group with ``grouping``, an object with ``prepare`` and ``choose_tasks``
+        (``rayflow.CustomStreamGrouping``); every source task gets its own copy."""
         return self.grouping(component_id, CustomGrouping(grouping), stream)
 
 
@@ -160,6 +176,9 @@ class TopologyBuilder:
         self._problems: list[str] = []
 
     def set_spout(self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None) -> None:
+        """Add a spout run by ``parallelism`` tasks, each on its own (pickled) copy of ``spout``;
+        ``config`` is this component's config (e.g. ``tick_tuple_freq_secs``). Problems are
+        reported by ``create_topology``."""
         if not isinstance(spout, Spout):
             self._problems.append(_not_a("spout", id, spout, "rayflow.Spout"))
         self._add(ComponentSpec(id, spout, parallelism, dict(config or {})))
@@ -172,6 +191,8 @@ class TopologyBuilder:
         *,
         config: dict[str, Any] | None = None,
     ) -> BoltDeclarer:
+        """Add a bolt run by ``parallelism`` tasks, each on its own (pickled) copy of ``bolt``;
+        subscribe it to streams through the ``BoltDeclarer`` returned."""
         if not isinstance(bolt, (Bolt, BasicBolt, WindowedBolt)):
             self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
         spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))

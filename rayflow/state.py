@@ -3,7 +3,7 @@
 ``StatefulBolt``, ``KeyValueState`` and ``StateError`` are in ``rayflow`` itself; this module
 holds the ``StateProvider`` interface and the built-in providers, for a user who writes a
 provider of their own (named by its dotted path in ``Config.state_provider``) or builds one
-to look at a topology's committed state::
+to look at a topology's committed state:
 
     from rayflow.state import SqliteStateProvider
     provider = SqliteStateProvider({"dir": "/data/state"}, "wordcount")

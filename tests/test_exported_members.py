@@ -56,6 +56,7 @@ CONTRACT = {
 PUBLIC_MODULES = {
     "rayflow",
     "rayflow.connectors",
+    "rayflow.connectors.nats",
     "rayflow.connectors.rabbitmq",
     "rayflow.connectors.redis",
     "rayflow.spark",
@@ -115,7 +116,8 @@ class TestExportedMembers:
         assert rayflow.__all__ == sorted(rayflow.__all__)
 
     @pytest.mark.parametrize(
-        "name", sorted(PUBLIC_MODULES - {"rayflow.connectors.rabbitmq", "rayflow.connectors.redis"})
+        "name",
+        sorted(PUBLIC_MODULES - {"rayflow.connectors.nats", "rayflow.connectors.rabbitmq", "rayflow.connectors.redis"}),
     )
     def test_every_public_name_is_exported_and_every_export_exists(self, name: str) -> None:
         module = _import(name)

@@ -396,6 +396,8 @@ WIDE = """\
 class Handle:
     """Stands in for a ``TopologyHandle``: the same metrics every time."""
 
+    killed = False
+
     def __init__(self, metrics: dict[str, dict[str, Any]], done: bool) -> None:
         self._metrics = metrics
         self._done = done

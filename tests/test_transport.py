@@ -1,10 +1,11 @@
 """``StreamTransport`` and ``Listener`` without Ray: real streams on 127.0.0.1, in one event loop,
 to receivers that finish frames when the test says so.
 
-The transport delivers each payload in order per destination and channel, only to a listener
-that knows the topology's secret; it bounds the work queued toward each destination in tuples
-(and frames), waits for credits when a destination is over its bound, survives a destination
-that dies, and stays consistent while several coroutines of one task send and wait at once.
+The transport delivers each payload in order per destination and channel, only to the listener
+of the task it meant, of its own topology (``test_stream_security.py`` attacks that); it bounds
+the work queued toward each destination in tuples (and frames), waits for credits when a
+destination is over its bound, survives a destination that dies or is given up on, and stays
+consistent while several coroutines of one task send and wait at once.
 """
 
 from __future__ import annotations
@@ -16,29 +17,35 @@ from typing import Any
 
 import pytest
 
+from rayflow._runtime.stream_keys import TaskKeys, TopologyKeys
 from rayflow._runtime.streams import (
     CONTROL,
     CONTROL_CREDITS,
     CREDIT_DELAY_SECS,
     DATA,
     Address,
+    Dialer,
     Listener,
     StreamRefused,
     data_credit_group,
-    open_stream,
 )
 from rayflow._runtime.transport import StreamTransport
 
-SECRET = b"s" * 32
+KEYS = TopologyKeys()
+"""One topology's authority for the module: the senders and receivers below are its tasks."""
 
 
 class Receiver:
     """A task as the transport sees it: a listener that keeps what arrives, unfinished."""
 
-    def __init__(self, secret: bytes = SECRET, data_credits: int = 1) -> None:
+    def __init__(
+        self, task: int = 2, data_credits: int = 1, keys: TaskKeys | None = None, **listener_options: Any
+    ) -> None:
         self.frames: list[tuple[int, int, Any]] = []
         self.unfinished: list[Callable[[], None]] = []
-        self.listener = Listener(secret, self._deliver, data_credits)
+        keys = keys or KEYS.issue(task)
+        self.task = keys.task
+        self.listener = Listener(keys, self._deliver, data_credits, **listener_options)
         self.address: Address = ("", 0)
 
     async def start(self) -> Receiver:
@@ -77,7 +84,7 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
 
 def transport(receivers: dict[int, Receiver], max_tuples: int = 10, max_frames: int = 100) -> StreamTransport:
     addresses = {task: r.address for task, r in receivers.items()}
-    return StreamTransport(addresses, own_task=1, secret=SECRET, max_tuples=max_tuples, max_frames=max_frames)
+    return StreamTransport(addresses, KEYS.issue(1), max_tuples=max_tuples, max_frames=max_frames)
 
 
 class TestDelivery:
@@ -96,14 +103,15 @@ class TestDelivery:
 
         run(scenario)
 
-    def test_a_stream_without_the_topology_secret_is_refused(self):
-        """Frames are pickles: a sender that does not know the secret gets nothing delivered."""
+    def test_a_task_of_another_topology_is_refused(self):
+        """Frames are pickles: a sender certified by another topology gets nothing delivered."""
 
         async def scenario() -> None:
             task2 = await Receiver().start()
+            other = TopologyKeys()
             with pytest.raises(StreamRefused):
-                await open_stream(task2.address, b"x" * 32, 1, DATA)
-            stranger = StreamTransport({2: task2.address}, own_task=1, secret=b"x" * 32, max_tuples=10, max_frames=10)
+                await Dialer(other.issue(1)).open(task2.address, 2, DATA)
+            stranger = StreamTransport({2: task2.address}, other.issue(1), max_tuples=10, max_frames=10)
             stranger.send_data(2, batch(1))
             await asyncio.sleep(0.2)
             assert task2.frames == []
@@ -159,7 +167,7 @@ class TestBound:
         finished a group of sixteen (one credit), then one frame is outstanding."""
 
         async def scenario() -> None:
-            acker = await Receiver().start()
+            acker = await Receiver(task=2).start()
             link = transport({2: acker}, max_frames=10)
             for i in range(CONTROL_CREDITS + 1):
                 link.send_control(2, ("acks", i))
@@ -205,8 +213,8 @@ class TestBound:
         """A bolt subscribed to its own stream: waiting on itself would deadlock."""
 
         async def scenario() -> None:
-            itself = await Receiver().start()
-            link = StreamTransport({1: itself.address}, own_task=1, secret=SECRET, max_tuples=2, max_frames=10)
+            itself = await Receiver(task=1).start()
+            link = StreamTransport({1: itself.address}, KEYS.issue(1), max_tuples=2, max_frames=10)
             for _ in range(3):
                 link.send_data(1, batch(2))
             await asyncio.wait_for(link.relieve(), 1.0)
@@ -254,6 +262,47 @@ class TestFailures:
 
         run(scenario)
 
+    def test_a_task_given_up_on_is_never_dialled_again(self):
+        """The supervisor gave up on task 2: what is sent to it is dropped and counted, and no
+        connection is made to its old address, whoever listens there now."""
+
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2})
+            link.send_data(2, batch(1, tag=1))
+            await until(lambda: len(task2.frames) == 1)
+            link.give_up(2)
+            task2.listener.close()
+            await asyncio.sleep(0.05)
+            dialled: list[object] = []
+            squatter = await asyncio.start_server(lambda r, w: dialled.append(w), *task2.address)
+            for i in range(3):
+                link.send_data(2, batch(1, tag=i))
+            await asyncio.wait_for(link.relieve(), 1.0)
+            await asyncio.sleep(0.2)  # time a dial would have taken on the loopback
+            assert link.dropped == 3
+            assert dialled == [] and len(task2.frames) == 1
+            squatter.close()
+
+        run(scenario)
+
+    def test_a_frame_over_the_size_limit_is_dropped_by_the_sender(self):
+        """The receiver would close the stream on it: the sender drops it (counted, logged) and
+        the stream carries on."""
+
+        async def scenario() -> None:
+            task2 = await Receiver(max_frame_bytes=4096).start()
+            link = StreamTransport(
+                {2: task2.address}, KEYS.issue(1), max_tuples=10_000, max_frames=10, max_frame_bytes=4096
+            )
+            link.send_data(2, batch(5_000, tag=1))
+            link.send_data(2, batch(2, tag=2))
+            await until(lambda: len(task2.frames) == 1)
+            assert task2.payloads() == [(2, [0, 1])]
+            assert link.dropped == 1
+
+        run(scenario)
+
 
 class TestConcurrency:
     def test_a_send_to_a_new_destination_while_another_coroutine_waits(self):
@@ -261,7 +310,7 @@ class TestConcurrency:
         first time. Once both catch up, relieve goes on, and task 3's lane is bounded too."""
 
         async def scenario() -> None:
-            task2, task3 = await Receiver().start(), await Receiver().start()
+            task2, task3 = await Receiver(task=2).start(), await Receiver(task=3).start()
             link = transport({2: task2, 3: task3}, max_tuples=2)
             link.send_data(2, batch(5))
             waiting = asyncio.ensure_future(link.relieve())

@@ -4,6 +4,8 @@
     rayflow validate configs/*.yaml                      # every problem, with file:line
     rayflow graph configs/wordcount.yaml -o wc.svg       # .svg/.png need Graphviz's dot
     rayflow schema > topology.schema.json                # for editors
+    rayflow submit configs/wordcount.yaml --address HOST:PORT   # a Ray job: outlives the terminal
+    rayflow list / activate NAME / deactivate NAME / kill NAME  # any topology on the cluster
 
 Built on typer (arguments and help) and rich (tables, live refresh). The current directory is
 put on ``sys.path`` so that classes like ``examples.wordcount.SentenceSpout`` import when the
@@ -13,6 +15,8 @@ This module is the typer app and ``main`` (the console script ``rayflow`` and ``
 rayflow``); the rest of the command lives beside it, each concept in its own module:
 
 * ``commands``: ``validate``, ``graph``, ``schema`` and ``run``, registered on the app here;
+* ``detached``: ``submit``, ``list``, ``activate``, ``deactivate`` and ``kill`` (Storm's CLI);
+* ``jobs``: the cluster's Ray Jobs API, where ``submit`` hands a topology file;
 * ``arguments``: the arguments they share (FILE, ``--set``, ``--properties``) and loading a file;
 * ``ray_connection``: a local Ray, or the cluster at ``--address`` (token authentication checks);
 * ``monitor``: ``run``'s live table or progress lines, its clean stop and its summary;
@@ -30,7 +34,7 @@ from typing import Annotated
 
 import typer
 
-from . import commands, console
+from . import commands, console, detached
 from .arguments import Command, Group
 from .exit_codes import MEANING, ExitCode
 from .monitor import flow_order
@@ -74,6 +78,11 @@ app.command(cls=Command)(commands.validate)
 app.command(cls=Command)(commands.graph)
 app.command(cls=Command)(commands.schema)
 app.command(cls=Command, help=commands.RUN_HELP)(commands.run)
+app.command(cls=Command, help=detached.SUBMIT_HELP)(detached.submit)
+app.command("list", cls=Command, help=detached.LIST_HELP)(detached.list_topologies)
+app.command(cls=Command, help=detached.ACTIVATE_HELP)(detached.activate)
+app.command(cls=Command, help=detached.DEACTIVATE_HELP)(detached.deactivate)
+app.command(cls=Command, help=detached.KILL_HELP)(detached.kill)
 
 
 def main() -> None:

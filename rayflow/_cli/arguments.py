@@ -13,7 +13,20 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from ..topology_file import LoadedTopology, SpecError, load_topology, read_properties
 from . import console
 
-__all__ = ["Command", "FileArg", "Group", "PropertiesOpt", "SetOpt", "load", "placeholders", "report"]
+__all__ = [
+    "Command",
+    "FileArg",
+    "Group",
+    "HostOpt",
+    "InactiveOpt",
+    "PortOpt",
+    "PropertiesOpt",
+    "SetOpt",
+    "UiOpt",
+    "load",
+    "placeholders",
+    "report",
+]
 
 FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="Topology file (YAML or JSON).", show_default=False)]
 SetOpt = Annotated[
@@ -22,6 +35,23 @@ SetOpt = Annotated[
 ]
 PropertiesOpt = Annotated[
     Path | None, typer.Option("--properties", metavar="FILE", help="A key=value file that fills ${key} placeholders.")
+]
+InactiveOpt = Annotated[bool, typer.Option("--inactive", help="Submit with the spouts deactivated.")]
+UiOpt = Annotated[
+    bool,
+    typer.Option("--ui", help="Serve the topology's web page while it runs, with /metrics for Prometheus."),
+]
+PortOpt = Annotated[
+    int | None,
+    typer.Option(min=0, max=65535, metavar="N", help="The web page's port (with --ui); default: a free one."),
+]
+HostOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="HOST",
+        help="The address the web page listens on (with --ui); default 127.0.0.1. Any other needs a token for "
+        "the buttons: RAYFLOW_UI_TOKEN, else one is made and shown in the page's URL.",
+    ),
 ]
 
 

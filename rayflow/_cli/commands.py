@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import RayflowError
 from .._windows.validation import pending_advice
-from ..topology_file import SpecError, TopologySpec, load_topology
+from ..topology_file import LoadedTopology, SpecError, TopologySpec, load_topology
 from . import console
-from .arguments import FileArg, PropertiesOpt, SetOpt, load, placeholders, report
+from .arguments import FileArg, HostOpt, InactiveOpt, PortOpt, PropertiesOpt, SetOpt, UiOpt, load, placeholders, report
 from .exit_codes import MEANING, ExitCode
 from .monitor import Monitor
 from .progress import progress
 from .ray_connection import ray_connection
+
+if TYPE_CHECKING:
+    from .._runtime import TopologyHandle
 
 __all__ = ["RUN_HELP", "graph", "run", "schema", "validate"]
 
@@ -113,6 +118,10 @@ second, and under the table the last error of each component that raised. Ctrl-C
 --duration stops it cleanly (deactivate, let pending trees complete, kill) and prints a
 summary; it also ends once every spout is exhausted and nothing is pending.
 
+With --ui it also serves the topology's web page (printed first): the graph, the component and
+task tables live, throughput and latency plots, recent errors, Activate/Deactivate/Kill buttons,
+and /metrics for Prometheus. A Kill from the page ends the run with its summary.
+
 Without --address it starts a local Ray of its own, even when RAY_ADDRESS is set or a
 `ray start` cluster runs on this machine, and stops it at the end.
 
@@ -136,9 +145,14 @@ def run(
             "authentication needs its token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token.",
         ),
     ] = None,
-    inactive: Annotated[bool, typer.Option("--inactive", help="Submit with the spouts deactivated.")] = False,
+    inactive: InactiveOpt = False,
+    ui: UiOpt = False,
+    port: PortOpt = None,
+    host: HostOpt = None,
 ) -> None:
     """Submit a topology and watch it live (see ``RUN_HELP``)."""
+    if not ui and (port is not None or host is not None):
+        raise typer.BadParameter("--port and --host are the web page's: add --ui", param_hint="--port/--host")
     loaded = load(file, set_, properties)
     if loaded.config.debug:
         show_debug_log()
@@ -152,8 +166,27 @@ def run(
         except Exception as exc:  # a RayflowError, or Ray failing to place or start the actors
             console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
             raise typer.Exit(ExitCode.NOT_STARTED) from None
+        if ui:
+            _serve_ui(handle, loaded, host or "127.0.0.1", port or 0)
         outcome = Monitor(handle, loaded, duration).run()
     raise typer.Exit(outcome)
+
+
+def _serve_ui(handle: TopologyHandle, loaded: LoadedTopology, host: str, port: int) -> None:
+    """Serve the page and say where; if it cannot be served, stop the topology and exit 1."""
+    from .._ui._server import is_loopback
+
+    token = os.environ.get("RAYFLOW_UI_TOKEN") or (None if is_loopback(host) else secrets.token_urlsafe(24))
+    try:
+        url = handle.serve_ui(host, port, token=token, topology=loaded.topology)
+    except BaseException as exc:
+        handle.kill()
+        if not isinstance(exc, RayflowError):
+            raise
+        console.err.print(f"cannot serve the web page: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.NOT_STARTED) from None
+    base = url.split("?", 1)[0]
+    console.out.print(f"web page: {url}  (Prometheus: {base}metrics)", markup=False, soft_wrap=True)
 
 
 class _Stderr(logging.Handler):

@@ -100,6 +100,8 @@ class Monitor:
                         out.print(line, style="red", markup=False, soft_wrap=True)
                 if self._finished(metrics):
                     return "every spout is exhausted and nothing is pending"
+                if self.handle.killed:
+                    return "killed from outside this terminal (its web page, or another process)"
                 unopened = [s for s in self.spouts if _did_not_open(metrics[s])]
                 if unopened and now - started >= OPEN_SECS:
                     return f"{', '.join(unopened)} did not open within {OPEN_SECS:g}s"
@@ -114,7 +116,9 @@ class Monitor:
 
     def _stop(self) -> Metrics:
         """Deactivate, let pending trees complete for up to ``DRAIN_SECS``, and return the last
-        metrics. A second Ctrl-C skips the wait."""
+        metrics. A second Ctrl-C skips the wait; a topology killed already has nothing to drain."""
+        if self.handle.killed:
+            return self.handle.metrics()
         try:
             self.handle.deactivate()
             deadline = time.monotonic() + DRAIN_SECS

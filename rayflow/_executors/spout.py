@@ -106,6 +106,9 @@ class SpoutExecutor(Emitter):
     def mark_exhausted(self) -> None:
         self.exhausted = True
 
+    def count(self, name: str, amount: int) -> None:
+        self.metrics.count(name, amount)
+
     # -- emitting -----------------------------------------------------------------------------
     def wants_next_tuple(self) -> bool:
         if not self.active or (self.exhausted and not self._poll_after_fail):

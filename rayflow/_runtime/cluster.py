@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import secrets
 import sys
 import sysconfig
 from typing import Any
@@ -19,7 +18,11 @@ from .._groupings import CustomGrouping
 from .._run_checks import config_to_run
 from .._topology import Topology
 from .._windows.validation import pending_advice
+from . import ray_calls
+from .control import ControlLink, release, reserve
 from .handle import TopologyHandle
+from .stream_keys import TopologyKeys
+from .streams import ListenError
 from .supervisor import Supervisor
 from .task_actor import TaskActor
 
@@ -27,7 +30,8 @@ __all__ = ["LocalCluster", "local_ray_options", "no_usage_stats", "submit_topolo
 
 logger = logging.getLogger("rayflow")
 
-_RemoteTaskActor = ray.remote(TaskActor)
+_RemoteTaskActor = ray_calls.Creating(ray.remote(TaskActor))
+"""Started by the supervisor's thread too: never starts Ray (``ray_calls``)."""
 
 DEFAULT_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
@@ -93,6 +97,9 @@ def submit_topology(
     Every task becomes an actor holding its own copy of its component, spread over the
     cluster's nodes; a task whose actor dies is started again (see ``Supervisor``). With
     ``active=False`` the spouts are not opened until ``handle.activate()``.
+
+    Other processes find it by ``name`` (``rayflow list``, ``rayflow kill``: see ``control.py``);
+    a name that already runs on the cluster is refused with ``TopologyNameTaken``.
     """
     if not ray.is_initialized():
         raise RayflowError("not connected to Ray: call ray.init() first, or use rayflow.LocalCluster()")
@@ -110,19 +117,24 @@ def submit_topology(
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
+    control = reserve(name, len(layout), config.message_timeout_secs)  # refuses a name that runs already
     shared = ray.put(topology)
     options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000, "scheduling_strategy": "SPREAD"}
-    secret = secrets.token_bytes(32)  # authenticates the streams between this topology's tasks
+    keys = TopologyKeys()  # the topology's own authority: its key stays in this process
 
-    def make_actor(task: int) -> Any:
-        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, secret)
+    def make_actor(task: int) -> Any:  # every start of a task gets a fresh certificate
+        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, keys.issue(task))
 
     actors = {task: make_actor(task) for task in layout}
     try:
         placed = dict(zip(actors, ray.get([a.listen.remote() for a in actors.values()]), strict=True))
-    except ray.exceptions.RayActorError as exc:
+    except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
         for actor in actors.values():
             ray.kill(actor)
+        release(control, name)
+        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
+        if isinstance(cause, ListenError):  # e.g. rayflow.stream.bind.host names no address of a node
+            raise TopologyError([str(cause)]) from None
         raise TopologyError(_rebuild_problems(topology) or [f"a task could not start: {exc}"]) from None
     nodes = {task: node for task, (node, _) in placed.items()}
     addresses = {task: address for task, (_, address) in placed.items()}
@@ -140,6 +152,8 @@ def submit_topology(
     )
     supervisor.start()
     handle = TopologyHandle(name, supervisor, layout, spouts)
+    handle.control = ControlLink(control, handle, sorted(spouts), lambda: supervisor.active)
+    handle.control.start()
     if active:
         handle.activate()
     return handle
@@ -178,11 +192,15 @@ class LocalCluster:
 
     Starts Ray (sized for a small machine) unless this process is already connected, and on
     ``shutdown`` kills the topologies it submitted and stops Ray if it started it.
+
+    With ``ui=True`` every topology submitted gets its web page on 127.0.0.1 (a free port; its
+    URL is logged, and ``handle.serve_ui()`` returns it) with ``/metrics`` for Prometheus.
     """
 
-    def __init__(self, num_cpus: int | None = None, **ray_init_kwargs: Any) -> None:
+    def __init__(self, num_cpus: int | None = None, *, ui: bool = False, **ray_init_kwargs: Any) -> None:
         self._handles: list[TopologyHandle] = []
         self._started_ray = False
+        self._ui = ui
         if not ray.is_initialized():
             kwargs = local_ray_options(num_cpus)
             kwargs.update(ray_init_kwargs)
@@ -194,6 +212,8 @@ class LocalCluster:
     ) -> TopologyHandle:
         handle = submit_topology(name, conf, topology, active=active)
         self._handles.append(handle)
+        if self._ui:
+            logger.info("topology %r: its page is %s", name, handle.serve_ui(topology=topology))
         return handle
 
     def shutdown(self) -> None:

@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
+from .._errors import RayflowError
 from .._metrics import TaskMetrics, merge_by_component
 from .._topology import ACKER_COMPONENT
+from . import ray_calls
 from .supervisor import Supervisor
 
-__all__ = ["TopologyHandle"]
+if TYPE_CHECKING:
+    from .._topology import Topology
+    from .._ui import UiServer
+    from .control import ControlLink
+
+__all__ = ["TopologyHandle", "component_metrics"]
 
 logger = logging.getLogger("rayflow")
 
@@ -34,6 +42,10 @@ class TopologyHandle:
         self._spout_tasks = [t for t, c in layout.items() if c in spout_ids]
         self._last: dict[int, dict[str, Any]] = {}
         self.killed = False
+        self._ui: UiServer | None = None
+        self._killing = threading.Lock()
+        self.control: ControlLink | None = None
+        """How processes other than this one find and steer the topology (``control.py``)."""
 
     def __repr__(self) -> str:
         return f"TopologyHandle({self.name!r}, tasks={len(self._layout)}, killed={self.killed})"
@@ -51,6 +63,34 @@ class TopologyHandle:
                 logger.debug("task %d did not answer %s: %s", refs[ref], method, exc)
         return answers
 
+    @property
+    def active(self) -> bool:
+        """Are the spouts being asked for tuples (``activate``), or not (``deactivate``)?"""
+        return self._supervisor.active
+
+    def serve_ui(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+        topology: Topology | None = None,
+    ) -> str:
+        """Serve this topology's web page, its JSON API and ``/metrics`` (Prometheus), and
+        record its metrics in Ray's (``docs/ui.md``); returns the page's URL. It lives until the
+        topology is killed; a second call returns the same URL.
+
+        ``port=0`` takes a free port. On another address than loopback ``token`` is required
+        (``ConfigError`` otherwise): the page's buttons act only with it. ``topology``, the one
+        submitted, lets the page draw the graph."""
+        if self._ui is None:
+            if self.killed:
+                raise RayflowError(f"topology {self.name!r} was killed: there is nothing left to show")
+            from .._ui import UiServer
+
+            self._ui = UiServer(self, topology=topology, host=host, port=port, token=token).start()
+        return self._ui.url
+
     def activate(self) -> None:
         """Open the spouts (the first time) and let them emit."""
         self._supervisor.active = True
@@ -62,12 +102,21 @@ class TopologyHandle:
         self._ask(self._spout_tasks, "deactivate")
 
     def kill(self) -> None:
-        """Deactivate and close the spouts, clean up the bolts, then stop every actor."""
+        """Deactivate and close the spouts, clean up the bolts, then stop every actor. A second
+        call (the web page's Kill, then the end of ``rayflow run``) returns once the first is done."""
+        with self._killing:
+            self._kill()
+
+    def _kill(self) -> None:
         if self.killed:
             return
         self.killed = True
+        if self._ui is not None:  # the page goes with the topology
+            self._ui.close()
         supervisor = self._supervisor
         supervisor.stop()
+        if not ray_calls.connected():  # Ray was shut down and took the actors with it; a call would start it again
+            return
         actors = dict(supervisor.actors)
         try:
             quiet = [actor.quiesce.remote() for actor in actors.values()]
@@ -82,6 +131,8 @@ class TopologyHandle:
             logger.warning("topology %r: not every task shut down cleanly: %s", self.name, exc)
         for actor in actors.values():
             ray.kill(actor)
+        if self.control is not None:  # last: the name stays taken until every task is gone
+            self.control.close()
 
     def task_metrics(self) -> dict[int, dict[str, Any]]:
         """Each task's counters, keyed by task id, with ``component``, ``kind``, ``pid`` and
@@ -117,13 +168,7 @@ class TopologyHandle:
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Counters and latencies per component (``"__acker"`` included), summed over its
         tasks, with ``restarts`` (summed) and ``alive`` (every task answered)."""
-        tasks = self.task_metrics()
-        merged = merge_by_component(self._layout, tasks)
-        for component, summary in merged.items():
-            mine = [t for t in tasks.values() if t["component"] == component]
-            summary["restarts"] = sum(t["restarts"] for t in mine)
-            summary["alive"] = all(t["alive"] for t in mine)
-        return merged
+        return component_metrics(self.task_metrics())
 
     def wait(self, timeout: float | None = None, poll_secs: float = 0.05) -> bool:
         """Block until every spout task is exhausted with no tree pending (``True``), or until
@@ -137,3 +182,13 @@ class TopologyHandle:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(poll_secs)
+
+
+def component_metrics(tasks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``task_metrics()`` summed per component: what ``TopologyHandle.metrics`` returns."""
+    merged = merge_by_component({task: m["component"] for task, m in tasks.items()}, tasks)
+    for component, summary in merged.items():
+        mine = [t for t in tasks.values() if t["component"] == component]
+        summary["restarts"] = sum(t["restarts"] for t in mine)
+        summary["alive"] = all(t["alive"] for t in mine)
+    return merged

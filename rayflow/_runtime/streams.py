@@ -9,37 +9,72 @@ channel (data, or acker traffic).
 
 The protocol of a stream, sender -> listener:
 
-1. *Authenticate.* The listener sends a random 16-byte challenge; the sender answers with
-   HMAC-SHA256(topology secret, challenge), its task id and the channel; the listener answers
-   one byte, OK, or closes the stream. Frames are pickles and unpickling runs code, so only a
-   task of the same topology -- holding its secret, which travels only through Ray -- may send.
-2. *Frames*: an 8-byte little-endian length, then the payload's pickle.
+1. *Authenticate, both ways* (TLS 1.3, ``stream_keys.py``). The sender is the TLS client, the
+   listener the server, and each presents its task's certificate, issued by the topology's
+   own authority, which each side's context trusts alone. The sender checks that the
+   listener's certificate names the task it meant to reach and sends nothing otherwise; it
+   then says who it is and on which channel (an 8-byte task id, a 1-byte channel); the
+   listener checks that its certificate names that task and that the channel exists, and
+   answers one byte, OK, or closes the stream. A handshake must end within ``handshake_secs``;
+   while ``max_handshakes`` are in progress, a new connection evicts the oldest of them.
+2. *Frames*: an 8-byte little-endian length -- at most ``max_frame_bytes``, checked before the
+   payload is read, or the stream is closed -- then the payload's pickle.
 3. *Credits*, listener -> sender: a 4-byte count of frames the listener has finished, in the
    order they came. Finishing a data frame means executing it and getting its output within
    the listener's own bounds, so credits carry backpressure upstream (``StreamTransport``).
    A credit costs the sender a wake-up, so credits travel in groups: data frames in groups of
    up to ``data_credits`` (what the senders' bounds allow, see ``data_credit_group``), a
    partial group at most ``CREDIT_DELAY_SECS`` late; acker traffic in groups of
-   ``CONTROL_CREDITS``, as its bound only guards against a stuck acker.
+   ``CONTROL_CREDITS``, as its bound only guards against a stuck acker. A credit for more
+   frames than are outstanding is a protocol violation: the sender closes the stream.
 
-Frames of one stream are delivered in the order they were sent. Nothing here knows Ray: the
-tests drive listeners and transports in one event loop.
+Why this is as strong as it must be. Frames are pickles and unpickling runs code, so a frame
+may come only from a task of this topology, and a tuple may go only to one. Mutual TLS gives
+both: a peer without a key certified by this topology's authority fails the handshake, before
+a byte of a frame is read or written. A stream is bound to the topology (one authority per
+topology), to the sender and the listener (each certificate names one task, checked against
+the task claimed or meant), and to its direction (its TLS roles: a listener never receives
+frames on a stream it opened). A relay at a dead task's address has no key: it can neither
+finish a handshake as that task nor read or alter what an honest pair says through it. After
+the handshake every byte -- frames and credits -- travels in TLS records, encrypted and
+authenticated in sequence: an altered, dropped, reordered or replayed record fails the
+stream, and nothing of it is delivered. The key material is made in the driver and reaches
+each actor through Ray, whose own authentication guards it (``docs/security.md``).
+
+Refusals -- a failed or slow handshake, an oversized frame, a forged credit -- are logged with
+the peer and what was wrong, at most one line per kind of refusal per ``REFUSAL_LOG_SECS``
+(``RefusalLog``). Frames of one stream are delivered in the order they were sent. Nothing here
+knows Ray: the tests drive listeners and transports in one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
-import os
+import ssl
 import struct
+import time
 from collections.abc import Callable
+from typing import Any
 
+from .._config import DEFAULT_MAX_FRAME_BYTES
 from .._errors import RayflowError
+from .stream_keys import TaskKeys, peer_task
 
-__all__ = ["CONTROL", "DATA", "Address", "Deliver", "Listener", "StreamRefused", "data_credit_group", "open_stream"]
+__all__ = [
+    "CONTROL",
+    "DATA",
+    "Address",
+    "Deliver",
+    "Dialer",
+    "Listener",
+    "ListenError",
+    "RefusalLog",
+    "StreamRefused",
+    "StreamViolation",
+    "data_credit_group",
+]
 
 logger = logging.getLogger("rayflow")
 
@@ -56,8 +91,6 @@ it is done with (that sends the sender its credit)."""
 FRAME = struct.Struct("<Q")
 CREDIT = struct.Struct("<I")
 _HELLO = struct.Struct("<qB")
-_CHALLENGE_BYTES = 16
-_DIGEST_BYTES = hashlib.sha256().digest_size
 _OK = b"\x01"
 CONTROL_CREDITS = 16
 """Acker-traffic frames credited together (well under ``rayflow.max.inflight.batches``)."""
@@ -66,14 +99,54 @@ DATA_CREDITS = 4
 of the sender, for the CPU a word costs (measured in ``docs/performance.md``, *Design figures*)."""
 CREDIT_DELAY_SECS = 0.02
 """A partial group of data credits is sent at most this late."""
-HANDSHAKE_SECS = 10.0
-"""A stream that has not authenticated within this long is closed."""
+HANDSHAKE_SECS = 5.0
+"""A stream that has not authenticated within this long is closed: a TLS handshake between two
+tasks takes milliseconds, even on a busy node."""
+MAX_HANDSHAKES = 128
+"""Handshakes one listener lets run at once. Above every task of a large topology dialling one
+acker at the same moment; what is over it evicts the oldest, so idle connections cannot keep a
+task's peers out, and a flood costs the listener at most this many half-open streams."""
+REFUSAL_LOG_SECS = 10.0
+"""At most one warning per kind of refusal per this long; the rest are counted in the next."""
 
 
 class StreamRefused(RayflowError, ConnectionError):
-    """The listener closed the stream during the handshake (a wrong secret, or it is closing).
+    """A stream could not be opened: the other end did not prove itself the task meant, or
+    refused this one (or it is closing).
 
     A ``ConnectionError`` too, so the code that redials on a lost connection redials on this."""
+
+
+class StreamViolation(RayflowError, ConnectionError):
+    """An authenticated peer broke the protocol (e.g. credited frames it was never sent): the
+    stream is closed."""
+
+
+class ListenError(RayflowError, OSError):
+    """A task cannot listen on the address it was given (the message names it and the setting)."""
+
+
+class RefusalLog:
+    """Warnings about what peers did wrong, at most one line per kind of refusal per ``every``
+    seconds: a scanner or a flood costs a count, not a line per connection. The count of the
+    lines held back comes with the next line of their kind."""
+
+    def __init__(self, every: float = REFUSAL_LOG_SECS) -> None:
+        self._every = every
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._every:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        if held:
+            message += f" ({held} more like it since the last such line)"
+        logger.warning("%s", message)
 
 
 def data_credit_group(max_tuples: int, max_frames: int, batch_size: int) -> int:
@@ -85,43 +158,110 @@ def data_credit_group(max_tuples: int, max_frames: int, batch_size: int) -> int:
     return 1 + min(DATA_CREDITS - 1, max_tuples // (2 * batch_size), max_frames // 2)
 
 
-def _answer(secret: bytes, challenge: bytes) -> bytes:
-    return hmac.new(secret, challenge, hashlib.sha256).digest()
+_Accepted = tuple[int, int, asyncio.StreamReader, asyncio.StreamWriter]
+"""A stream that proved itself: the sender's task, the channel, the TLS stream's two ends."""
 
 
-async def open_stream(
-    address: Address, secret: bytes, sender: int, channel: int
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to a task's listener and authenticate as task ``sender`` on ``channel``."""
-    reader, writer = await asyncio.open_connection(*address)
-    try:
-        challenge = await reader.readexactly(_CHALLENGE_BYTES)
-        writer.write(_answer(secret, challenge) + _HELLO.pack(sender, channel))
-        if await reader.readexactly(1) != _OK:
-            raise StreamRefused(f"task listening at {address[0]}:{address[1]} refused the stream")
-    except asyncio.IncompleteReadError:
-        writer.close()
-        raise StreamRefused(f"task listening at {address[0]}:{address[1]} closed the stream") from None
-    except BaseException:
-        writer.close()
-        raise
-    return reader, writer
+class _TlsStreamProtocol(asyncio.StreamReaderProtocol):
+    """The reading end of a stream upgraded to TLS by the listener. A sender may close it in
+    the data that ends the handshake, before the protocol is told it runs over TLS: the end
+    of the stream is never a half-close then either."""
+
+    def eof_received(self) -> bool:
+        super().eof_received()
+        return False
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "an unknown peer"
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    return str(exc.reason or exc.strerror or exc).lower().replace("_", " ")
+
+
+class Dialer:
+    """Opens a task's streams: proves it is ``keys.task`` and checks whom it reaches."""
+
+    def __init__(self, keys: TaskKeys) -> None:
+        self.task = keys.task
+        self._topology = keys.topology_id
+        self._context = keys.client_context()
+
+    async def open(
+        self, address: Address, dest: int, channel: int, handshake_secs: float = HANDSHAKE_SECS
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A stream to task ``dest`` listening at ``address``, on ``channel``; ``StreamRefused``
+        when the listener is not that task of this topology or does not accept this one."""
+        where = f"{address[0]}:{address[1]}"
+        try:
+            reader, writer = await asyncio.open_connection(
+                *address, ssl=self._context, server_hostname="", ssl_handshake_timeout=handshake_secs
+            )
+        except ssl.SSLError as exc:
+            why = _tls_reason(exc)
+            raise StreamRefused(f"the listener at {where} did not prove it is task {dest}: {why}") from None
+        try:
+            found = peer_task(writer.get_extra_info("ssl_object"), self._topology)
+            if found != dest:
+                raise StreamRefused(
+                    f"the listener at {where} is task {found} of this topology, not task {dest}"
+                    if found is not None
+                    else f"the listener at {where} has no task identity of this topology"
+                )
+            writer.write(_HELLO.pack(self.task, channel))
+            if await asyncio.wait_for(reader.readexactly(1), handshake_secs) != _OK:
+                raise StreamRefused(f"task {dest} at {where} refused the stream")
+        except StreamRefused:
+            writer.close()
+            raise
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+            writer.close()
+            raise StreamRefused(f"task {dest} at {where} closed the stream during the handshake") from None
+        except ssl.SSLError as exc:
+            writer.close()
+            raise StreamRefused(f"task {dest} at {where} refused this task's certificate: {_tls_reason(exc)}") from None
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
 
 
 class Listener:
     """Accepts authenticated streams from the topology's tasks and hands every frame to
     ``deliver`` as it arrives. Runs in the event loop it was started in."""
 
-    def __init__(self, secret: bytes, deliver: Deliver, data_credits: int = 1) -> None:
-        self._secret = secret
+    def __init__(
+        self,
+        keys: TaskKeys,
+        deliver: Deliver,
+        data_credits: int = 1,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_handshakes: int = MAX_HANDSHAKES,
+        handshake_secs: float = HANDSHAKE_SECS,
+    ) -> None:
+        self._task = keys.task
+        self._topology = keys.topology_id
+        self._context = keys.server_context()
         self._deliver = deliver
         self._data_credits = data_credits
         """Data frames credited together (``data_credit_group``)."""
+        self._max_frame_bytes = max_frame_bytes
+        self._max_handshakes = max(1, max_handshakes)
+        self._handshake_secs = handshake_secs
         self._server: asyncio.base_events.Server | None = None
+        self._handshakes: dict[asyncio.Task[Any], None] = {}
+        """Connections in their handshake, oldest first."""
+        self._cut_short: dict[asyncio.Task[Any], str] = {}
+        """Handshakes cancelled by the listener, and why (``busy``, ``slow``, ``closing``)."""
         self._streams: set[asyncio.StreamWriter] = set()
+        self.refusals = RefusalLog()
 
     async def start(self, host: str, port: int = 0) -> Address:
-        """Listen on ``host`` (port 0: any free one); returns the address senders connect to."""
+        """Listen on ``host`` (port 0: any free one); returns the address senders connect to.
+        An ``OSError`` when the address cannot be bound."""
         self._server = await asyncio.start_server(self._serve, host, port)
         bound = self._server.sockets[0].getsockname()
         return (host, int(bound[1]))
@@ -129,27 +269,90 @@ class Listener:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        for handshake in list(self._handshakes):
+            self._cut(handshake, "closing")
         for writer in list(self._streams):
             writer.close()
 
-    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[int, int]:
-        challenge = os.urandom(_CHALLENGE_BYTES)
-        writer.write(challenge)
-        digest = await reader.readexactly(_DIGEST_BYTES)
-        sender, channel = _HELLO.unpack(await reader.readexactly(_HELLO.size))
-        if not hmac.compare_digest(digest, _answer(self._secret, challenge)) or channel not in (DATA, CONTROL):
-            raise StreamRefused("a stream failed authentication")
-        writer.write(_OK)
-        return sender, channel
+    @property
+    def handshakes(self) -> int:
+        """Connections in their handshake now."""
+        return len(self._handshakes)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refuse(self, kind: str, peer: str, why: str) -> None:
+        self.refusals.warn(kind, f"task {self._task} refused a stream from {peer}: {why}")
+
+    async def _authenticate(self, raw: asyncio.StreamWriter) -> _Accepted:
+        """TLS on the accepted connection (started before anything is read from it: the
+        sender's first bytes are its TLS hello), then the sender's claim, checked."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = _TlsStreamProtocol(reader)
+        tls = await loop.start_tls(raw.transport, protocol, self._context, server_side=True)
+        if tls is None:
+            raise ConnectionResetError("the connection closed during the TLS handshake")
+        protocol.connection_made(tls)
+        writer = asyncio.StreamWriter(tls, protocol, reader, loop)
         try:
-            sender, channel = await asyncio.wait_for(self._authenticate(reader, writer), HANDSHAKE_SECS)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            peer = writer.get_extra_info("peername")
-            logger.warning("refused a stream from %s: %s", peer, exc or type(exc).__name__)
+            certified = peer_task(writer.get_extra_info("ssl_object"), self._topology)
+            sender, channel = _HELLO.unpack(await reader.readexactly(_HELLO.size))
+            if certified is None:
+                raise StreamRefused("its certificate names no task of this topology")
+            if sender != certified:
+                raise StreamRefused(f"it claims to be task {sender} but its certificate names task {certified}")
+            if channel not in (DATA, CONTROL):
+                raise StreamRefused(f"task {sender} asked for channel {channel}, which does not exist")
+        except BaseException:
             writer.close()
+            raise
+        writer.write(_OK)
+        return sender, channel, reader, writer
+
+    async def _handshake(self, raw: asyncio.StreamWriter, peer: str) -> _Accepted | None:
+        """The sender, channel and TLS stream of a connection that proved itself; ``None``
+        (logged, closed) for one that did not within the deadline or was evicted."""
+        me = asyncio.current_task()
+        assert me is not None
+        self._handshakes[me] = None
+        if len(self._handshakes) > self._max_handshakes:
+            self._cut(next(iter(self._handshakes)), "busy")
+        deadline = asyncio.get_running_loop().call_later(self._handshake_secs, self._cut, me, "slow")
+        try:
+            return await self._authenticate(raw)
+        except asyncio.CancelledError:
+            # Not re-raised: this is the stream's own task, and Python 3.11 logs one that ends
+            # cancelled as an error.
+            why = self._cut_short.get(me, "closing")
+            if why == "closing":  # the listener or the loop is closing
+                pass
+            elif why == "busy":
+                self._refuse(why, peer, f"{self._max_handshakes} handshakes in progress: the oldest, this, made way")
+            else:
+                self._refuse(why, peer, f"no handshake within {self._handshake_secs:g} s")
+        except ssl.SSLError as exc:
+            self._refuse("tls", peer, f"TLS handshake failed: {_tls_reason(exc)}")
+        except StreamRefused as exc:
+            self._refuse("identity", peer, str(exc))
+        except (asyncio.IncompleteReadError, OSError):
+            self._refuse("closed", peer, "it closed the connection during the handshake")
+        finally:
+            deadline.cancel()
+            self._handshakes.pop(me, None)
+            self._cut_short.pop(me, None)
+        raw.close()
+        return None
+
+    def _cut(self, handshake: asyncio.Task[Any], why: str) -> None:
+        if self._handshakes.pop(handshake, False) is None:
+            self._cut_short[handshake] = why
+            handshake.cancel()
+
+    async def _serve(self, _: asyncio.StreamReader, raw: asyncio.StreamWriter) -> None:
+        peer = _peer(raw)
+        accepted = await self._handshake(raw, peer)
+        if accepted is None:
             return
+        sender, channel, reader, writer = accepted
         self._streams.add(writer)
         group, data_group = CREDIT.pack(CONTROL_CREDITS), self._data_credits
         uncredited = 0
@@ -181,13 +384,26 @@ class Listener:
                     writer.write(group)
 
         finished = finished_control if channel == CONTROL else finished_data
-        deliver, read = self._deliver, reader.readexactly
+        deliver, read, largest = self._deliver, reader.readexactly, self._max_frame_bytes
         try:
             while True:
                 (size,) = FRAME.unpack(await read(FRAME.size))
+                if size > largest:
+                    self.refusals.warn(
+                        "frame size",
+                        f"task {self._task} closed the stream from task {sender} at {peer}: a frame of "
+                        f"{size} bytes is over rayflow.stream.max.frame.bytes ({largest})",
+                    )
+                    break
                 deliver(channel, sender, await read(size), finished)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except ssl.SSLError as exc:  # a record altered, replayed or out of place: nothing of it was read
+            self.refusals.warn(
+                "tls", f"task {self._task} closed the stream from task {sender} at {peer}: {_tls_reason(exc)}"
+            )
+        except (asyncio.IncompleteReadError, OSError):
             pass  # the sender closed the stream or died
+        except asyncio.CancelledError:
+            pass  # the loop is closing (not re-raised: see _handshake)
         finally:
             if late is not None:
                 late.cancel()

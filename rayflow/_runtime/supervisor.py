@@ -8,14 +8,34 @@ id (the component re-built from the topology, then ``prepare``d, or ``open``ed a
 the topology is active), tells it where every other task listens, and tells every other task
 to send to its address from now on. Routing does not change, so fields-grouped keys come back to the same task.
 
+A task is dead when Ray says so (``ActorDiedError``). "Unavailable" (``ActorUnavailableError``:
+its process or node does not answer, Ray does not know yet why) is not death: the node may be
+partitioned and come back, or dead and not yet noticed -- a new actor started then could be
+placed on that very node, which looks idle, and never start. So the lifeline is asked again
+every ``REASK_SECS`` until the actor answers or Ray declares it dead, which for a lost node
+takes its node-death detection (``docs/cluster.md``).
+
+Restarts run side by side, without blocking the thread: a restart is a small state machine
+(``Restart``: waiting out its pause, then the new actor's ``listen`` call, then its ``connect``
+call) advanced whenever one of those calls returns. Each attempt has a bound
+(``ATTEMPT_SECS``): an actor that cannot be placed or started in time is killed and the attempt
+made again, so one task that cannot be placed -- every task of a lost node dies at once --
+never holds up the others. A task started while another restart was under way may have been
+told a peer's old address: when it joins, it is told every address that changed meanwhile.
+
 What the dead task held is lost: tuples queued in it, its pending trees, an acker's ledger.
 Those trees fail by timeout at their spouts and are replayed -- the at-least-once promise needs
 nothing more. A task that dies again soon after starting is restarted after a growing pause,
 so a component that crashes its process at once cannot spin the machine; ``max_task_restarts``
-bounds restarts per task (-1: always).
+bounds restarts per task (-1: always). A task given up on is given up on by its peers too
+(``give_up``): they stop sending to it and redialing it.
 
 The same thread carries to the driver what each task logs (``task_logs.py``): it holds a second
 call per task, ``next_logs``, that returns only once the task has logged something.
+
+The thread never starts or joins Ray by itself: its Ray calls are ``ray_calls``', which fail
+once Ray is shut down, and the thread then ends. ``stop`` (the topology killed, the cluster
+shut down) ends it first, and kills the actors of restarts under way.
 
 The thread lives in the driver because the driver owns the actors: Ray ties an actor's life
 to its owner's, so a supervisor elsewhere could not outlive the driver anyway.
@@ -23,16 +43,19 @@ to its owner's, so a supervisor elsewhere could not outlive the driver anyway.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import ray
+from ray.exceptions import ActorUnavailableError
 
 from .._topology import ACKER_COMPONENT
+from . import ray_calls
 from .streams import Address
 from .task_logs import LogBatch, replay
 
@@ -41,8 +64,12 @@ __all__ = ["Supervisor"]
 logger = logging.getLogger("rayflow")
 
 WATCH_SECS = 0.5
-"""How often the watch loop looks again for lifelines that appeared (after a restart)."""
-CONNECT_TIMEOUT_SECS = 60.0
+"""The longest the watch loop waits before it looks again (stop requested, attempts overdue)."""
+ATTEMPT_SECS = 30.0
+"""The bound of one restart attempt: placing the new actor, starting its process and its
+``listen`` and ``connect`` calls. Past it the actor is killed and the attempt made again."""
+REASK_SECS = 0.5
+"""How often the lifeline of an actor Ray calls unavailable is asked again."""
 QUICK_DEATH_SECS = 10.0
 """A task that dies within this long of being started is in a crash loop: back off."""
 BACKOFF_SECS = (0.5, 30.0)
@@ -57,6 +84,26 @@ def death_cause(exc: BaseException) -> str:
     why = re.search(r"The actor is dead because ([^\n]*?)(?: Some common causes|$)", text, re.MULTILINE)
     reason = why.group(1).strip().rstrip(".") if why else (text.strip().splitlines() or [type(exc).__name__])[-1]
     return f"pid {pid.group(1)}: {reason}"[:300] if pid else reason[:300]
+
+
+@dataclass
+class Restart:
+    """One dead task being started again. ``actor`` and ``call`` are the current attempt's new
+    actor and its pending ``listen`` or ``connect`` call (``None``: waiting until ``due``)."""
+
+    task: int
+    cause: str
+    due: float
+    actor: Any = None
+    call: Any = None
+    phase: str = "waiting"
+    """``waiting``, ``listening`` or ``connecting``."""
+    deadline: float = 0.0
+    started: float = 0.0
+    node: str = ""
+    address: Address | None = None
+    told: dict[int, Address] = field(default_factory=dict)
+    """The peers' addresses the new actor was given at ``connect``."""
 
 
 class Supervisor:
@@ -84,6 +131,7 @@ class Supervisor:
         self.restarts = dict.fromkeys(layout, 0)
         self.dead: dict[int, str] = {}
         """Tasks dead now (restarting, or given up on), with the cause."""
+        self.given_up: set[int] = set()
         self.active = False
         self._started_at = dict.fromkeys(layout, time.monotonic())
         self._backoff = dict.fromkeys(layout, BACKOFF_SECS[0])
@@ -92,17 +140,23 @@ class Supervisor:
         self._lifelines: dict[Any, int] = {}
         self._log_calls: dict[Any, tuple[int, Any]] = {}
         """Each task's pending ``next_logs`` call (see ``task_logs.py``), with the actor asked."""
+        self._restarting: dict[int, Restart] = {}
+        self._restart_calls: dict[Any, int] = {}
+        """The pending ``listen``/``connect`` call of each restart attempt, to its task."""
+        self._unavailable: dict[int, float] = {}
+        """Tasks whose actor Ray called unavailable, with when to ask their lifeline again."""
         self._thread = threading.Thread(target=self._watch, name=f"rayflow-supervisor-{name}", daemon=True)
 
     def start(self) -> None:
         for task, actor in self.actors.items():
-            self._lifelines[actor.lifeline.remote()] = task
+            self._lifelines[ray_calls.call(actor.lifeline)] = task
             self._ask_for_logs(task, actor)
         self._thread.start()
 
     def stop(self) -> None:
-        """Restart nothing from now on (the topology is being killed); a restart under way is
-        abandoned and its new actor killed."""
+        """Restart nothing from now on (the topology is being killed, or Ray shut down); the
+        restarts under way are abandoned and their new actors killed. Call it before
+        ``ray.shutdown``."""
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=STOP_JOIN_SECS)
@@ -114,13 +168,15 @@ class Supervisor:
 
     # -- what the tasks log --------------------------------------------------------------------
     def _ask_for_logs(self, task: int, actor: Any) -> None:
-        self._log_calls[actor.next_logs.remote()] = (task, actor)
+        self._log_calls[ray_calls.call(actor.next_logs)] = (task, actor)
 
     def _logs_came(self, ref: Any) -> None:
         """Log what a task logged, and ask it again (unless it is gone or being replaced)."""
         task, actor = self._log_calls.pop(ref)
         try:
-            batch = ray.get(ref)
+            batch = ray_calls.get(ref)
+        except ray_calls.RayGone:
+            raise
         except Exception:  # the actor died: its lifeline says so, and its successor is asked anew
             return
         self.forward_logs(task, batch)
@@ -133,105 +189,210 @@ class Supervisor:
 
     def flush_logs(self) -> None:
         """Log the batches that came and were not read yet (once the watch loop has stopped)."""
-        if not self._log_calls or self._thread.is_alive():
+        if not self._log_calls or self._thread.is_alive() or not ray_calls.connected():
             return
-        ready, _ = ray.wait(list(self._log_calls), num_returns=len(self._log_calls), timeout=0)
-        for ref in ready:
-            self._logs_came(ref)
+        with contextlib.suppress(ray_calls.RayGone):
+            ready, _ = ray_calls.wait(list(self._log_calls), num_returns=len(self._log_calls), timeout=0)
+            for ref in ready:
+                self._logs_came(ref)
 
     # -- the watch loop -----------------------------------------------------------------------
     def _watch(self) -> None:
-        while not self._stopping.is_set():
-            if not ray.is_initialized():  # shut down under us: a Ray call now would start Ray again
-                return
-            refs = [*self._lifelines, *self._log_calls]
-            if not refs:
-                self._stopping.wait(WATCH_SECS)
-                continue
-            try:
-                ready, _ = ray.wait(refs, num_returns=1, timeout=WATCH_SECS)
-            except Exception:  # Ray is shutting down under us
-                if self._stopping.wait(WATCH_SECS):
-                    return
-                continue
-            for ref in ready:
-                if ref in self._log_calls:
-                    self._logs_came(ref)
-                    continue
-                task = self._lifelines.pop(ref)
-                try:
-                    ray.get(ref)
-                    cause = "its lifeline returned"  # cannot happen: lifeline never returns
-                except Exception as exc:
-                    cause = death_cause(exc)
-                if not self._stopping.is_set():
-                    self._restart(task, cause)
+        try:
+            while not self._stopping.is_set():
+                self._watch_once()
+        except ray_calls.RayGone:  # shut down under us: any further call would fail the same way
+            self._stopping.set()
+        except Exception:
+            logger.exception("topology %r: the supervisor stopped; dead tasks are not restarted", self.name)
+            self._stopping.set()
+        finally:
+            self._abandon_restarts()
 
-    def _restart(self, task: int, cause: str) -> None:
-        what = self.describe(task)
+    def _watch_once(self) -> None:
+        refs = [*self._lifelines, *self._log_calls, *self._restart_calls]
+        dues = [r.due for r in self._waiting()] + list(self._unavailable.values())
+        timeout = max(0.0, min([WATCH_SECS] + [due - time.monotonic() for due in dues]))
+        ready: list[Any] = []
+        if refs:
+            ready, rest = ray_calls.wait(refs, num_returns=1, timeout=timeout)
+            if ready and rest:
+                ready += ray_calls.wait(rest, num_returns=len(rest), timeout=0)[0]
+        else:
+            self._stopping.wait(timeout)
+        for ref in ready:
+            if self._stopping.is_set():
+                return
+            if ref in self._log_calls:
+                self._logs_came(ref)
+            elif ref in self._lifelines:
+                self._died(self._lifelines.pop(ref), ref)
+            else:
+                self._advance(self._restart_calls.pop(ref), ref)
+        now = time.monotonic()
+        for task, due in list(self._unavailable.items()):
+            if due <= now:
+                del self._unavailable[task]
+                self._ask_again(task)
+        for restart in list(self._restarting.values()):
+            if self._stopping.is_set():
+                return
+            if restart.phase == "waiting" and restart.due <= now:
+                self._attempt(restart)
+            elif restart.phase != "waiting" and restart.deadline <= now:
+                self._failed(restart, f"not started within {ATTEMPT_SECS:.0f} s ({restart.phase})")
+
+    def _waiting(self) -> list[Restart]:
+        return [r for r in self._restarting.values() if r.phase == "waiting"]
+
+    def _died(self, task: int, lifeline: Any) -> None:
+        try:
+            ray_calls.get(lifeline)
+            cause = "its lifeline returned"  # cannot happen: lifeline never returns
+        except ray_calls.RayGone:
+            raise
+        except ActorUnavailableError as exc:
+            if task not in self._unavailable:
+                logger.debug("topology %r: %s does not answer: %s", self.name, self.describe(task), exc)
+            self._unavailable[task] = time.monotonic() + REASK_SECS
+            return
+        except Exception as exc:
+            cause = death_cause(exc)
         with self._lock:
             self.dead[task] = cause
-        while not self._stopping.is_set():
-            if 0 <= self._max_restarts <= self.restarts[task]:
-                logger.error(
-                    "topology %r: %s died (%s); not restarted: max_task_restarts=%d reached",
-                    self.name,
-                    what,
-                    cause,
-                    self._max_restarts,
-                )
-                return
-            if time.monotonic() - self._started_at[task] < QUICK_DEATH_SECS:
-                pause = self._backoff[task]
-                self._backoff[task] = min(pause * 2, BACKOFF_SECS[1])
-                if self._stopping.wait(pause):
-                    return
-            else:
-                self._backoff[task] = BACKOFF_SECS[0]
-            logger.warning("topology %r: %s died (%s); restarting it", self.name, what, cause)
-            started = time.monotonic()
-            self.restarts[task] += 1
-            self._started_at[task] = started
-            try:
-                actor, node, address = self._connect(task)
-            except Exception as exc:  # the new actor died too, or could not be placed
-                cause = death_cause(exc)
-                continue
-            if self._stopping.is_set():
-                ray.kill(actor)
-                return
-            with self._lock:
-                self.actors[task] = actor
-                self.nodes[task] = node
-                self.addresses[task] = address
-                self.dead.pop(task, None)
-            self._lifelines[actor.lifeline.remote()] = task
-            self._ask_for_logs(task, actor)
-            for other, peer in list(self.actors.items()):
-                if other != task:
-                    peer.replace.remote(task, address)  # a dead peer ignores it; its own restart connects anew
-            if self.active and self._is_spout(task):
-                actor.activate.remote()
-            logger.warning(
-                "topology %r: %s restarted on node %s in %.1f s (restart %d)",
-                self.name,
-                what,
-                node[:8],
-                time.monotonic() - started,
-                self.restarts[task],
-            )
-            return
+        logger.warning("topology %r: %s died (%s); restarting it", self.name, self.describe(task), cause)
+        self._schedule(Restart(task, cause, due=time.monotonic()))
 
-    def _connect(self, task: int) -> tuple[Any, str, Address]:
-        """A new actor for ``task``, listening, and told where every current peer listens."""
-        actor = self._make_actor(task)
+    def _ask_again(self, task: int) -> None:
+        """Hold the lifeline of an actor that did not answer again (and its logs, if none is asked)."""
+        actor = self.actors[task]
+        self._lifelines[ray_calls.call(actor.lifeline)] = task
+        if not any(t == task for t, _ in self._log_calls.values()):
+            self._ask_for_logs(task, actor)
+
+    def _schedule(self, restart: Restart) -> None:
+        """Make ``restart``'s next attempt, after a pause if the task died soon after it started
+        (or give up once ``max_task_restarts`` is reached)."""
+        task = restart.task
+        if 0 <= self._max_restarts <= self.restarts[task]:
+            self._restarting.pop(task, None)
+            self._give_up(task, restart.cause)
+            return
+        now = time.monotonic()
+        if now - self._started_at[task] < QUICK_DEATH_SECS:
+            pause = self._backoff[task]
+            self._backoff[task] = min(pause * 2, BACKOFF_SECS[1])
+        else:
+            pause, self._backoff[task] = 0.0, BACKOFF_SECS[0]
+        restart.phase, restart.actor, restart.call = "waiting", None, None
+        restart.due = max(restart.due, now + pause)
+        self._restarting[task] = restart
+
+    def _attempt(self, restart: Restart) -> None:
+        task = restart.task
+        now = time.monotonic()
+        self.restarts[task] += 1
+        self._started_at[task] = now
+        restart.started, restart.deadline = now, now + ATTEMPT_SECS
         try:
-            node, address = ray.get(actor.listen.remote(), timeout=CONNECT_TIMEOUT_SECS)
-            with self._lock:
-                addresses = {**self.addresses, task: address}
-                nodes = {**self.nodes, task: node}
-            ray.get(actor.connect.remote(addresses, nodes), timeout=CONNECT_TIMEOUT_SECS)
-        except Exception:
-            ray.kill(actor)  # half-started: do not leave it running beside the next attempt
+            restart.actor = self._make_actor(task)
+            restart.call = ray_calls.call(restart.actor.listen)
+        except ray_calls.RayGone:
             raise
-        return actor, node, address
+        except Exception as exc:  # could not even be submitted (e.g. a resource no node can have)
+            self._failed(restart, str(exc)[:300])
+            return
+        restart.phase = "listening"
+        self._restart_calls[restart.call] = task
+
+    def _advance(self, task: int, ref: Any) -> None:
+        """The pending call of ``task``'s attempt returned: on to the next step."""
+        restart = self._restarting.get(task)
+        if restart is None or restart.call is not ref:
+            return
+        try:
+            answer = ray_calls.get(ref)
+        except ray_calls.RayGone:
+            raise
+        except Exception as exc:  # the new actor died too, or could not be placed
+            self._failed(restart, death_cause(exc))
+            return
+        if restart.phase == "listening":
+            restart.node, restart.address = answer
+            with self._lock:
+                restart.told = {**self.addresses, task: answer[1]}
+                nodes = {**self.nodes, task: answer[0]}
+            restart.call = ray_calls.call(restart.actor.connect, restart.told, nodes)
+            restart.phase = "connecting"
+            self._restart_calls[restart.call] = task
+        else:
+            self._joined(restart)
+
+    def _failed(self, restart: Restart, cause: str) -> None:
+        """This attempt did not work out: kill what it started, and try again."""
+        logger.warning(
+            "topology %r: restarting %s failed (%s); trying again", self.name, self.describe(restart.task), cause
+        )
+        if restart.call is not None:
+            self._restart_calls.pop(restart.call, None)
+        if restart.actor is not None:
+            ray_calls.kill(restart.actor)  # half-started: do not leave it running beside the next attempt
+        restart.cause = cause
+        with self._lock:
+            self.dead[restart.task] = cause
+        self._schedule(restart)
+
+    def _joined(self, restart: Restart) -> None:
+        """The new actor listens and is connected: it is the task from now on."""
+        task, actor = restart.task, restart.actor
+        assert restart.address is not None
+        with self._lock:
+            self.actors[task] = actor
+            self.nodes[task] = restart.node
+            self.addresses[task] = restart.address
+            self.dead.pop(task, None)
+            moved = {t: a for t, a in self.addresses.items() if t != task and restart.told.get(t) != a}
+            peers = [p for t, p in self.actors.items() if t != task and t not in self.dead]
+        del self._restarting[task]
+        self._lifelines[ray_calls.call(actor.lifeline)] = task
+        self._ask_for_logs(task, actor)
+        for other, address in moved.items():  # restarted while this one was starting
+            ray_calls.call(actor.replace, other, address)
+        for peer in peers:  # a peer restarting now is told when it joins (``moved``)
+            ray_calls.call(peer.replace, task, restart.address)
+        for other in self.given_up:
+            ray_calls.call(actor.give_up, other)
+        if self.active and self._is_spout(task):
+            ray_calls.call(actor.activate)
+        logger.warning(
+            "topology %r: %s restarted on node %s in %.1f s (restart %d)",
+            self.name,
+            self.describe(task),
+            restart.node[:8],
+            time.monotonic() - restart.started,
+            self.restarts[task],
+        )
+
+    def _give_up(self, task: int, cause: str) -> None:
+        """``max_task_restarts`` reached: the task stays dead, and its peers stop sending to it."""
+        logger.error(
+            "topology %r: %s died (%s); not restarted: max_task_restarts=%d reached",
+            self.name,
+            self.describe(task),
+            cause,
+            self._max_restarts,
+        )
+        with self._lock:
+            self.given_up.add(task)
+            peers = [p for t, p in self.actors.items() if t not in self.dead and t != task]
+        for peer in peers:
+            ray_calls.call(peer.give_up, task)
+
+    def _abandon_restarts(self) -> None:
+        """The loop ended: kill the new actors of restarts under way (if Ray is still there)."""
+        for restart in self._restarting.values():
+            if restart.actor is not None:
+                with contextlib.suppress(Exception):
+                    ray_calls.kill(restart.actor)
+        self._restarting.clear()
+        self._restart_calls.clear()

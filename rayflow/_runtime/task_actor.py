@@ -14,7 +14,8 @@ streams between the actors (``streams.py``), not as Ray calls. What runs here:
 - background loops: the source loop of a spout (``next_tuple``), and the executor's timers
   (message-timeout rotation, tick tuples), each run under the data lock;
 - ``lifeline``, a call that never returns: the supervisor holds it to learn at once that the
-  actor died, and ``replace``, which points this task at a peer's restarted actor;
+  actor died; ``replace``, which points this task at a peer's restarted actor, and ``give_up``,
+  which stops it sending to a peer the supervisor will not restart;
 - ``next_logs``, a long poll that returns what rayflow logged in this process (``task_logs.py``).
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import pickle
@@ -37,7 +39,8 @@ from .._config import Config
 from .._context import TopologyContext
 from .._executors import Executor, make_executor
 from .._topology import Topology
-from .streams import CONTROL, Address, Listener, data_credit_group
+from .stream_keys import TaskKeys
+from .streams import CONTROL, Address, Listener, ListenError, data_credit_group
 from .task_logs import LogBatch, install
 from .transport import StreamTransport
 
@@ -58,12 +61,14 @@ default threshold (700) the cycle collector ran thousands of times a second for 
 
 
 class TaskActor:
-    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str], secret: bytes) -> None:
+    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str], keys: TaskKeys) -> None:
         self._topology = topology
         self._conf = conf
         self._task_id = task_id
         self._layout = layout
-        self._secret = secret
+        self._keys = keys
+        """This task's certificate and key for its streams (``stream_keys.py``)."""
+        self._given_up: set[int] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
         self._calls_in = 0
@@ -77,17 +82,26 @@ class TaskActor:
         """What rayflow logs in this process, kept for the driver (``next_logs``, ``shutdown``)."""
 
     async def listen(self) -> tuple[str, Address]:
-        """Start listening for peers' streams; returns this actor's node id and address (the
-        node's IP as Ray knows it, where peers on other nodes can reach it)."""
+        """Start listening for peers' streams; returns this actor's node id and address.
+
+        It listens on ``rayflow.stream.bind.host``, by default the node's IP as Ray knows it
+        (where peers on other nodes reach it). Peers are told that address, or the node's IP
+        when the setting names every interface. Never all interfaces unless asked: an address
+        that cannot be bound is a ``ListenError`` naming it."""
         conf = self._conf
         group = data_credit_group(conf.max_inflight_tuples, conf.max_inflight_batches, conf.batch_size)
-        self._listener = Listener(self._secret, self._deliver, group)
-        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self._listener = Listener(self._keys, self._deliver, group, max_frame_bytes=conf.max_frame_bytes)
+        node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        host = conf.bind_host or node_ip
         try:
-            address = await self._listener.start(host)
-        except OSError:  # an address this host cannot bind (behind NAT): listen on every interface
-            address = (host, (await self._listener.start("0.0.0.0"))[1])
-        return self._node_id, address
+            _, port = await self._listener.start(host)
+        except OSError as exc:
+            setting = "rayflow.stream.bind.host" if conf.bind_host else "the node's IP (rayflow.stream.bind.host unset)"
+            raise ListenError(
+                f"task {self._task_id} cannot listen on {host} ({setting}): {exc.strerror or exc}. Set "
+                "rayflow.stream.bind.host to an IP address of this node, or to 0.0.0.0 to listen on every interface"
+            ) from None
+        return self._node_id, (node_ip if ipaddress.ip_address(host).is_unspecified else host, port)
 
     async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str]) -> None:
         """Build the executor once every task listens, start it and its loops."""
@@ -97,8 +111,10 @@ class TaskActor:
         context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
         conf = self._conf
         self._transport = StreamTransport(
-            addresses, self._task_id, self._secret, conf.max_inflight_tuples, conf.max_inflight_batches
+            addresses, self._keys, conf.max_inflight_tuples, conf.max_inflight_batches, conf.max_frame_bytes
         )
+        for task in self._given_up:
+            self._transport.give_up(task)
         executor = make_executor(self._topology, conf, context, self._transport)
         executor.flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
         self._executor: Executor = executor
@@ -124,6 +140,13 @@ class TaskActor:
             self._wake.set()  # what the hook emitted goes out now
         else:
             self._flush_later()
+
+    def give_up(self, task: int) -> None:
+        """The supervisor will not restart task ``task``: drop what is sent to it, never dial it
+        (also when told before ``connect``)."""
+        self._given_up.add(task)
+        if hasattr(self, "_transport"):
+            self._transport.give_up(task)
 
     async def lifeline(self) -> None:
         """Never returns: the call fails when this actor dies, which is how death is noticed."""

@@ -3,7 +3,8 @@ the destination tasks (``streams.py``); the work queued toward each destination 
 tuples.
 
 Each payload is pickled by the sender (protocol 5). A stream per destination and channel is
-opened on the first send (frames sent meanwhile wait for it) and kept.
+opened on the first send (frames sent meanwhile wait for it) and kept. A frame is written in one
+piece, length and payload together: on a TLS stream every write becomes records of its own.
 
 ``relieve`` is the backpressure: while a destination holds more than ``max_tuples``
 unprocessed tuples from this task (or more than ``max_frames`` unfinished frames), the sender
@@ -16,7 +17,16 @@ Acker traffic travels on its own streams, so it is never stuck behind data.
 A destination that cannot be reached -- its task died, its node is gone -- loses what was
 sent to it: its trees time out and are replayed, as in Storm. The transport reports that once
 per outage, drops what is sent meanwhile, and tries the address again after ``RETRY_SECS``;
-``replace`` points it at a task's restarted actor at once.
+``replace`` points it at a task's restarted actor at once. A task the supervisor gave up on
+(``give_up``) is never dialled again: what is sent to it is dropped and counted, and its old
+address -- which anything may bind now -- is forgotten.
+
+A destination proves it is the task meant before it is sent anything (``streams.Dialer``). An
+authenticated destination may still break the protocol: a credit for more frames than are
+outstanding closes the stream (logged), as does a frame over ``max_frame_bytes`` refused on
+this side before it is written. A destination that withholds credits is not timed out: that
+is backpressure from a busy task, and only a task of the topology can do it; its stream
+closing (it died, it was replaced or given up on) wakes the senders waiting on it.
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ import time
 from collections import deque
 from typing import Any
 
-from .streams import CONTROL, CREDIT, DATA, FRAME, Address, open_stream
+from .._config import DEFAULT_MAX_FRAME_BYTES
+from .stream_keys import TaskKeys
+from .streams import CONTROL, CREDIT, DATA, FRAME, Address, Dialer, RefusalLog, StreamViolation
 
 __all__ = ["StreamTransport"]
 
@@ -90,18 +102,26 @@ class _Lane:
 
 class StreamTransport:
     def __init__(
-        self, addresses: dict[int, Address], own_task: int, secret: bytes, max_tuples: int, max_frames: int
+        self,
+        addresses: dict[int, Address],
+        keys: TaskKeys,
+        max_tuples: int,
+        max_frames: int,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self._addresses = dict(addresses)
-        self._own_task = own_task
-        self._secret = secret
+        self._own_task = keys.task
+        self._dialer = Dialer(keys)
         self._max_tuples = max_tuples
         self._max_frames = max_frames
+        self._max_frame_bytes = max_frame_bytes
         self._lanes: dict[tuple[int, int], _Lane] = {}
+        self._given_up: set[int] = set()
+        self.refusals = RefusalLog()
         self.calls = 0
         """Frames sent (the ``calls_out`` metric)."""
         self.dropped = 0
-        """Frames dropped because their destination was unreachable."""
+        """Frames dropped: their destination was unreachable or given up on, or they were too large."""
         self.quiet = False
         """The topology is being killed: peers close in any order, and frames lost to one that
         closed first are expected, not worth a warning."""
@@ -110,6 +130,17 @@ class StreamTransport:
         """Send to ``address`` for ``task`` from now on (its actor was restarted). Frames still
         unfinished at the old actor are forgotten: their trees time out."""
         self._addresses[task] = address
+        self._given_up.discard(task)
+        self._forget(task)
+
+    def give_up(self, task: int) -> None:
+        """The supervisor will not restart ``task``: drop what is sent to it from now on and
+        never dial it again (its old address may be anyone's now)."""
+        self._given_up.add(task)
+        self._addresses.pop(task, None)
+        self._forget(task)
+
+    def _forget(self, task: int) -> None:
         for channel in (DATA, CONTROL):
             lane = self._lanes.pop((task, channel), None)
             if lane is not None:
@@ -131,6 +162,9 @@ class StreamTransport:
         key = (dest, channel)
         lane = self._lanes.get(key)
         if lane is None:
+            if dest in self._given_up:
+                self.dropped += 1
+                return
             lane = self._lanes[key] = _Lane(self._addresses[dest])
             self._open(key, lane)
         elif lane.state != _OPEN or lane.writer.is_closing():  # type: ignore[union-attr]
@@ -143,11 +177,20 @@ class StreamTransport:
                     return
                 lane.state = _CONNECTING
                 self._open(key, lane)
+        if len(frame) > self._max_frame_bytes:
+            self.dropped += 1
+            self.refusals.warn(
+                "frame size",
+                f"task {self._own_task}: dropped a frame of {len(frame)} bytes for task {dest}, over "
+                f"rayflow.stream.max.frame.bytes ({self._max_frame_bytes}); its trees fail by timeout. "
+                "Emit smaller tuples, lower rayflow.batch.size, or raise the setting",
+            )
+            return
         self.calls += 1
         lane.frames.append(tuples)
         lane.tuples += tuples
         if lane.state == _OPEN:
-            lane.writer.writelines((FRAME.pack(len(frame)), frame))  # type: ignore[union-attr]
+            lane.writer.write(FRAME.pack(len(frame)) + frame)  # type: ignore[union-attr]
         else:
             lane.waiting.append(frame)
 
@@ -156,9 +199,7 @@ class StreamTransport:
 
     async def _connect(self, key: tuple[int, int], lane: _Lane) -> None:
         try:
-            reader, writer = await asyncio.wait_for(
-                open_stream(lane.address, self._secret, self._own_task, key[1]), CONNECT_SECS
-            )
+            reader, writer = await asyncio.wait_for(self._dialer.open(lane.address, key[0], key[1]), CONNECT_SECS)
         except Exception as exc:
             self._down(key, lane, exc)
             return
@@ -167,7 +208,7 @@ class StreamTransport:
             return
         lane.writer, lane.state = writer, _OPEN
         for frame in lane.waiting:
-            writer.writelines((FRAME.pack(len(frame)), frame))
+            writer.write(FRAME.pack(len(frame)) + frame)
         lane.waiting.clear()
         lane.task = asyncio.get_running_loop().create_task(self._credits(key, lane, reader))
 
@@ -177,6 +218,11 @@ class StreamTransport:
         try:
             while True:
                 (n,) = unpack(await read(CREDIT.size))
+                if not 0 < n <= len(frames) + lane.forgiven:
+                    raise StreamViolation(
+                        f"task {key[0]} at {lane.address[0]}:{lane.address[1]} credited {n} frame(s) "
+                        f"with {len(frames) + lane.forgiven} outstanding"
+                    )
                 for _ in range(n):
                     if lane.forgiven:
                         lane.forgiven -= 1
@@ -185,6 +231,9 @@ class StreamTransport:
                 lane.progress.set()
         except asyncio.CancelledError:
             raise
+        except StreamViolation as exc:
+            self.refusals.warn("violation", f"task {self._own_task} closed its stream to task {key[0]}: {exc}")
+            self._down(key, lane, exc)
         except Exception as exc:
             self._down(key, lane, exc if not isinstance(exc, asyncio.IncompleteReadError) else None)
 

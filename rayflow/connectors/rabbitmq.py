@@ -1,10 +1,25 @@
 """``RabbitMQSpout``: a queue's messages as tracked tuples; the broker ack waits for the tree.
 
 Storm's reliability model meets AMQP's: a message is delivered unacknowledged, emitted with a
-``msg_id``, and acknowledged to the broker only when its tuple tree completes. A failed tree
-(an explicit fail, or a timeout) is rejected with ``requeue=True``, so the broker puts the
-message back on the queue; if the spout dies, the broker requeues everything it had not acked.
-That is at-least-once from the queue to the end of the topology, with nothing kept in the spout.
+``msg_id``, and acknowledged to the broker only when its tuple tree completes; if the spout
+dies, the broker requeues everything it had not acked. That is at-least-once from the queue to
+the end of the topology.
+
+A failed tree (an explicit fail, or a timeout) is replayed, at most ``max_replays`` times per
+message, and then dead-lettered: ``basic_reject(requeue=False)``, which hands the message to
+the queue's dead-letter exchange (``x-dead-letter-exchange``; without one the broker drops it).
+Who counts the replays:
+
+- the broker, when it says how often it delivered a message (a quorum queue's
+  ``x-delivery-count`` header): a failed message goes back to the queue
+  (``basic_nack(requeue=True)``), and its count survives restarts;
+- else (a classic queue) the spout: it keeps the delivery, unsettled, and emits it again
+  itself, counting. A message the broker redelivers (``redelivered``: its consumer died, or
+  it was handed back) starts at one replay; what the spout counted before is forgotten.
+
+Which of the two a queue is shows on the first message that comes back from the broker (with
+the header or without it); until then a fail hands the message back, which is exact either way
+(the redelivery carries the header, or it is a redelivery: one replay).
 
 How it stays off the event loop's back: pika's ``BlockingConnection`` is only ever asked to do
 non-blocking work (``process_data_events(time_limit=0)``), which also keeps the heartbeats going.
@@ -22,8 +37,9 @@ Broker acks go out in batches, since one ``basic_ack`` per message costs a socke
   tag still open (delivered and neither acked nor failed: a pending tree, or a message waiting
   in the buffer); a done tag above it waits for the watermark to pass it, and is acked on its
   own once it waited ``ACK_HOLD_SECS`` or too many wait (they hold the broker's prefetch window);
-- a Storm fail is a ``basic_nack(requeue=True)`` at once, so a failed tag is settled before any
-  ``multiple=True`` ack passes it. No tag is settled twice, none before its tree completes.
+- a failed tag replayed by the spout stays open; a failed tag handed back or dead-lettered is
+  settled (``basic_nack`` or ``basic_reject``) at once, so before any ``multiple=True`` ack
+  passes it. No tag is settled twice, none before its tree completes.
 
 Delivery tags are numbers of one channel. After a reconnect the broker has already requeued
 what the old channel held, so the ``msg_id`` is ``(channel generation, delivery tag)`` and acks
@@ -48,6 +64,7 @@ from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
+from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
@@ -89,6 +106,10 @@ ack before it is acked on its own."""
 CONNECT_TIMEOUT_SECS = 3.0
 """Socket timeout for a (re)connect: the longest a connect attempt can hold up the task."""
 
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+"""Set by quorum queues: how often the broker delivered the message before (nacked back, or
+unacked when its consumer went away)."""
+
 _Delivery = tuple[int, Basic.Deliver, BasicProperties, bytes]
 _BROKEN = (pika.exceptions.AMQPError, OSError)
 
@@ -97,8 +118,16 @@ class RabbitMQSpout(Spout):
     """Consume ``queue``; one tuple per message, tracked by its delivery tag.
 
     - Storm ack -> ``basic_ack``, batched (``multiple=True`` up to the lowest open delivery tag,
-      within ``ACK_LINGER_SECS``); Storm fail (either reason) -> ``basic_nack(requeue=True)``
-      at once.
+      within ``ACK_LINGER_SECS``); Storm fail (either reason) -> the message is replayed, at
+      most ``max_replays`` times (default 10; ``None`` or -1: no bound), then rejected without
+      requeue, to the queue's dead-letter exchange (declare the queue with
+      ``x-dead-letter-exchange``, or the broker drops it). A quorum queue counts the replays
+      itself (``x-delivery-count``: each fail requeues the message, and the count survives
+      restarts); on a classic queue the spout keeps the message and emits it again, counting
+      within its life (a message redelivered after a restart starts at one replay). Each dead
+      letter is counted in the metrics (``dead_lettered``) and logged with the message's id
+      and the last fail's reason. The ``redelivered`` field is the broker's flag: unchanged
+      on the spout's own replays.
     - A dead spout's unacked messages are redelivered by the broker (to any consumer).
     - ``fields`` names the output fields, each one of ``MESSAGE_FIELDS``.
     - ``prefetch`` bounds the unacked messages the broker pushes to one task; by default
@@ -125,6 +154,7 @@ class RabbitMQSpout(Spout):
         fields: Sequence[str] = ("body",),
         prefetch: int | None = None,
         declare: bool = False,
+        max_replays: int | None = DEFAULT_MAX_REPLAYS,
     ) -> None:
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"RabbitMQSpout: queue must be a non-empty string, got {queue!r}")
@@ -148,6 +178,7 @@ class RabbitMQSpout(Spout):
         self.fields = tuple(fields)
         self.prefetch = prefetch
         self.declare = bool(declare)
+        self.max_replays = replay_bound(f"RabbitMQSpout {queue!r}", max_replays)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(list(self.fields))
@@ -169,6 +200,14 @@ class RabbitMQSpout(Spout):
         ones are dropped, is the watermark."""
         self._to_ack: list[int] = []
         """Done tags not yet acked to the broker."""
+        self._held: dict[int, _Delivery] = {}
+        """The emitted deliveries whose trees are pending, by tag: what a replay emits again."""
+        self._replays: dict[int, int] = {}
+        """Replays the spout made itself of its open tags (a classic queue)."""
+        self._broker_counts: bool | None = None
+        """Does the queue count deliveries (``x-delivery-count``)? Unknown until a message
+        comes back from the broker."""
+        collector.count("dead_lettered", 0)
         self._flushed_at = time.monotonic()
         self._held_since = 0.0
         self._burst = max(1, min(EMIT_BURST, self._prefetch // 64))
@@ -206,6 +245,8 @@ class RabbitMQSpout(Spout):
         self._buffer.clear()
         self._open.clear()
         self._order.clear()
+        self._held.clear()
+        self._replays.clear()
         self.stale_acks += len(self._to_ack)
         self._to_ack = []
         if connection is not None and connection.is_open:
@@ -228,9 +269,11 @@ class RabbitMQSpout(Spout):
             if self._cancelled_by_broker:
                 self._lost(ConnectionError(f"the broker cancelled the consumer of queue {self.queue!r} (deleted?)"))
                 return
-        emit = self._collector.emit
+        emit, held = self._collector.emit, self._held
         for _ in range(min(len(buffer), self._burst)):
-            generation, method, properties, body = buffer.popleft()
+            delivery = buffer.popleft()
+            generation, method, properties, body = delivery
+            held[method.delivery_tag] = delivery
             emit(self._values(method, properties, body), msg_id=(generation, method.delivery_tag))
 
     def _values(self, method: Basic.Deliver, properties: BasicProperties, body: bytes) -> list[Any]:
@@ -252,6 +295,9 @@ class RabbitMQSpout(Spout):
             self.stale_acks += 1
             return
         self._close_tag(tag)
+        self._held.pop(tag, None)
+        if self._replays:
+            self._replays.pop(tag, None)
         self._to_ack.append(tag)
         if not self._active:  # no ``next_tuple`` to flush on the linger: no waiting
             self._guard(self._flush_acks, True)
@@ -259,13 +305,45 @@ class RabbitMQSpout(Spout):
             self._guard(self._flush_acks)
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
-        """Put the message back on the queue at once (whatever the reason: it is redelivered)."""
+        """Replay the message (whatever the reason), or dead-letter it after ``max_replays``."""
         generation, tag = msg_id
         if self._channel is None or generation != self._generation or tag not in self._open:
             self.stale_acks += 1
             return
+        delivery = self._held.pop(tag, None)
+        if delivery is None:  # not emitted (a replay waiting in the buffer): nothing pending
+            self.stale_acks += 1
+            return
+        _, method, properties, _ = delivery
+        counted = _delivery_count(properties)
+        replays = (int(method.redelivered) if counted is None else counted) + self._replays.get(tag, 0)
+        if self.max_replays is not None and replays >= self.max_replays:
+            self._dead_letter(delivery, replays, reason)
+        elif self._broker_counts is False:
+            self._replays[tag] = self._replays.get(tag, 0) + 1
+            self._buffer.appendleft(delivery)
+        else:  # the broker counts, or may: give it back
+            self._close_tag(tag)
+            self._guard(self._channel.basic_nack, tag, requeue=True)
+
+    def _dead_letter(self, delivery: _Delivery, replays: int, reason: str) -> None:
+        _, method, properties, _ = delivery
+        tag = method.delivery_tag
         self._close_tag(tag)
-        self._guard(self._channel.basic_nack, tag, requeue=True)
+        self._replays.pop(tag, None)
+        assert self._channel is not None
+        if not self._guard(self._channel.basic_reject, tag, requeue=False):
+            return  # the connection is gone: the broker requeues the message
+        self._collector.count("dead_lettered")
+        logger.warning(
+            "%s: message %s (delivery tag %d) failed after %d replays (last: %s); rejected to the "
+            "queue's dead-letter exchange",
+            self._outage.where,
+            repr(properties.message_id) if properties.message_id else "without a message_id",
+            tag,
+            replays,
+            reason,
+        )
 
     def _close_tag(self, tag: int) -> None:
         """``tag`` is acked or failed: no longer open; the watermark moves past closed tags."""
@@ -321,6 +399,8 @@ class RabbitMQSpout(Spout):
         generation = self._generation
 
         def deliver(_: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes) -> None:
+            if self._broker_counts is None and method.redelivered:
+                self._broker_counts = _delivery_count(properties) is not None
             self._buffer.append((generation, method, properties, body))
             self._open.add(method.delivery_tag)
             self._order.append(method.delivery_tag)
@@ -340,20 +420,31 @@ class RabbitMQSpout(Spout):
             generation, method, _, _ = self._buffer.popleft()
             if generation == self._generation:
                 self._close_tag(method.delivery_tag)
+                self._replays.pop(method.delivery_tag, None)
                 self._channel.basic_nack(method.delivery_tag, requeue=True)
 
-    def _guard(self, action: Callable[..., object], *args: Any, **kwargs: Any) -> None:
-        """Run a broker call; a broken connection starts an outage instead of raising."""
+    def _guard(self, action: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
+        """Run a broker call; a broken connection starts an outage instead of raising (and
+        gives ``False``)."""
         try:
             action(*args, **kwargs)
         except _BROKEN as exc:
             self._lost(exc)
+            return False
+        return True
 
     def _lost(self, exc: BaseException) -> None:
         """Forget the connection and what it delivered (the broker requeues those messages)."""
         self._disconnect()
         self._consumer_tag = None
         self._outage.failed(exc)
+
+
+def _delivery_count(properties: BasicProperties) -> int | None:
+    """The broker's count of earlier deliveries of a message (``None``: it keeps none)."""
+    headers = properties.headers
+    count = headers.get(DELIVERY_COUNT_HEADER) if headers else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def _default_prefetch(max_spout_pending: int | None) -> int:

@@ -9,8 +9,13 @@ PEL). That list is the spout's memory, so nothing is lost when a spout dies:
 - new entries are read with ``XREADGROUP ... >`` (never ``BLOCK``: it runs on the task's event
   loop), many per call, and emitted up to ``EMIT_BURST`` per ``next_tuple``;
 - a completed tree is ``XACK``-ed (in batches); a failed one is emitted again from the data the
-  spout kept while the entry was pending (after an ``XCLAIM`` that resets its idle time, and
-  tells whether someone else acknowledged it meanwhile);
+  spout kept while the entry was pending, after an ``XCLAIM`` that resets its idle time, adds
+  one to its delivery count and tells whether someone else acknowledged it meanwhile;
+- every delivery of an entry (a read, a replay's ``XCLAIM``, a restarted task's read of its
+  pending list, an ``XAUTOCLAIM``) adds one to its delivery count in the group, so the count
+  survives restarts: a failed entry already delivered ``max_replays + 1`` times is not emitted
+  again but dead-lettered, atomically (``MULTI``): ``XADD`` of its fields, plus where it came
+  from, why and how often it was delivered, to the dead-letter stream, and ``XACK``;
 - entries left pending by a consumer that is gone for good (a task of a smaller topology, a
   crashed process elsewhere) are taken over with ``XAUTOCLAIM`` once idle for ``claim_idle_ms``.
 
@@ -36,6 +41,7 @@ from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
+from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
@@ -43,6 +49,9 @@ __all__ = ["RedisStreamSpout"]
 
 logger = logging.getLogger("rayflow.connectors")
 
+DEAD_LETTER_FIELDS = ("rayflow.stream", "rayflow.group", "rayflow.id", "rayflow.reason", "rayflow.deliveries")
+"""Added to a dead letter's fields: its stream, group and entry id, the last fail's reason
+(``"failed"`` or ``"timeout"``), and its delivery count."""
 MAX_READ = 1000
 """Entries asked for per ``XREADGROUP``/``XAUTOCLAIM`` (fewer when ``max_spout_pending`` is lower)."""
 EMIT_BURST = 64
@@ -65,7 +74,13 @@ _BROKEN = (redis.exceptions.RedisError, OSError)
 class RedisStreamSpout(Spout):
     """Read ``stream`` as consumer group ``group``; one tuple per entry, tracked by its id.
 
-    - Storm ack -> ``XACK``; Storm fail (either reason) -> the entry is emitted again.
+    - Storm ack -> ``XACK``; Storm fail (either reason) -> the entry is emitted again, at most
+      ``max_replays`` times (default 10; ``None`` or -1: no bound), after which it is
+      dead-lettered: added to ``dead_letter_stream`` (default ``<stream>:dead``) with its
+      fields plus ``DEAD_LETTER_FIELDS``, and acknowledged, in one ``MULTI``. Replays are
+      counted by Redis (the entry's delivery count in the group), so a restart does not reset
+      them (the restarted task's first read counts as one: the tree was lost). Each dead
+      letter is counted in the metrics (``dead_lettered``) and logged with its id and reason.
     - ``fields`` names the output fields: ``"id"`` (the entry id, a ``str``), ``"data"`` (the
       entry's field mapping, keys and values ``str`` when UTF-8, else ``bytes``), ``"stream"``
       (the stream's name), or the name of one of the entry's fields (its value, ``None`` when
@@ -91,6 +106,8 @@ class RedisStreamSpout(Spout):
         url: str = "redis://127.0.0.1:6379/0",
         fields: Sequence[str] = ("id", "data"),
         claim_idle_ms: int = 30_000,
+        max_replays: int | None = DEFAULT_MAX_REPLAYS,
+        dead_letter_stream: str | None = None,
     ) -> None:
         for name, value in (("stream", stream), ("group", group)):
             if not isinstance(value, str) or not value:
@@ -105,6 +122,15 @@ class RedisStreamSpout(Spout):
             raise ConfigError(
                 f"RedisStreamSpout {stream!r}: claim_idle_ms must be a positive int (ms), got {claim_idle_ms!r}"
             )
+        if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
+            raise ConfigError(
+                f"RedisStreamSpout {stream!r}: dead_letter_stream must be a non-empty string, "
+                f"got {dead_letter_stream!r}"
+            )
+        if dead_letter_stream == stream:
+            raise ConfigError(f"RedisStreamSpout {stream!r}: dead_letter_stream must be another stream than {stream!r}")
+        self.max_replays = replay_bound(f"RedisStreamSpout {stream!r}", max_replays)
+        self.dead_letter_stream = dead_letter_stream or f"{stream}:dead"
         self.stream = stream
         self.group = group
         self.url = url
@@ -127,6 +153,7 @@ class RedisStreamSpout(Spout):
             socket_connect_timeout=SOCKET_TIMEOUT_SECS,
             retry=Retry(NoBackoff(), 0),
         )
+        self._client.set_response_callback("XAUTOCLAIM", _raw_reply)  # redis-py drops the cursor of a JUSTID reply
         self._collector = collector
         self._buffer: deque[Entry] = deque()
         self._queued: set[str] = set()
@@ -143,6 +170,7 @@ class RedisStreamSpout(Spout):
         """Entries emitted again after a fail."""
         self.claimed = 0
         """Entries taken over from other consumers."""
+        collector.count("dead_lettered", 0)
         where = (
             f"RedisStreamSpout {self.stream!r} group {self.group!r} consumer {self.consumer!r} ({redact_url(self.url)})"
         )
@@ -205,18 +233,29 @@ class RedisStreamSpout(Spout):
         return len(entries)
 
     def _claim(self) -> None:
-        """One step of the ``XAUTOCLAIM`` scan over the group's pending list."""
+        """One step of the ``XAUTOCLAIM`` scan over the group's pending list. ``JUSTID``: the
+        scan also meets this task's own entries idle that long (a long tree, or entries waiting
+        in the buffer), and must not count a delivery for them (it resets their idle time, which
+        keeps other tasks off them); the others' are then taken with an ``XCLAIM``, which
+        counts the delivery and brings their data."""
         reply: Any = self._client.xautoclaim(
-            self.stream, self.group, self.consumer, self.claim_idle_ms, self._claim_cursor, count=self._read_count
+            self.stream,
+            self.group,
+            self.consumer,
+            self.claim_idle_ms,
+            self._claim_cursor,
+            count=self._read_count,
+            justid=True,
         )
-        cursor, entries = _text(reply[0]), reply[1]
+        cursor, ids = _text(reply[0]), reply[1]  # the raw reply: ``open`` sets ``_raw_reply`` for it
         self._claim_cursor = cursor
         self._claim_at = time.monotonic() + (self._claim_every if cursor == "0-0" else 0.0)
-        for entry_id, data in entries:
-            entry_id = _text(entry_id)
-            if entry_id not in self._inflight and entry_id not in self._queued:
+        others: list[Any] = [i for i in map(_text, ids) if i not in self._inflight and i not in self._queued]
+        if others:
+            entries: Any = self._client.xclaim(self.stream, self.group, self.consumer, 0, others)
+            for entry_id, data in entries:
                 self.claimed += 1
-                self._take(entry_id, data)
+                self._take(_text(entry_id), data)
 
     def _take(self, entry_id: str, data: dict[bytes, bytes] | None) -> None:
         if entry_id in self._inflight or entry_id in self._queued:
@@ -236,18 +275,50 @@ class RedisStreamSpout(Spout):
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """Emit the entry again, unless it is no longer pending (acknowledged by another consumer
-        that claimed it while its tree here was running)."""
+        that claimed it while its tree here was running), or dead-letter it once it was replayed
+        ``max_replays`` times. While Redis does not answer, the entry is emitted again."""
         data = self._inflight.pop(msg_id, None)
         if data is None:
             return
-        still_pending = self._call(
-            lambda: self._client.xclaim(self.stream, self.group, self.consumer, 0, [msg_id], justid=True)
-        )
-        if still_pending == []:
-            return
+        reply = self._call(lambda: self._reclaim(msg_id))
+        if reply is not None:
+            deliveries, still_pending = reply
+            if not still_pending:
+                return
+            if self.max_replays is not None and deliveries > self.max_replays:
+                if self._call(lambda: self._dead_letter(msg_id, data, reason, deliveries)) is not None:
+                    return
         self.replayed += 1
         self._queued.add(msg_id)
         self._buffer.appendleft((msg_id, data))
+
+    def _reclaim(self, entry_id: str) -> tuple[int, bool]:
+        """How often the entry was delivered so far, and whether it is still pending here: its
+        count is read, then an ``XCLAIM`` (not ``JUSTID``: that would not count) takes it back,
+        counting the replay to come."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.xpending_range(self.stream, self.group, min=entry_id, max=entry_id, count=1)
+        pipe.xclaim(self.stream, self.group, self.consumer, 0, [entry_id])
+        pending, claimed = pipe.execute()
+        return (int(pending[0]["times_delivered"]) if pending else 0), bool(claimed)
+
+    def _dead_letter(self, entry_id: str, data: dict[str | bytes, Any], reason: str, deliveries: int) -> bool:
+        fields: dict[str | bytes, Any] = dict(data)
+        fields.update(zip(DEAD_LETTER_FIELDS, (self.stream, self.group, entry_id, reason, deliveries), strict=True))
+        pipe = self._client.pipeline(transaction=True)
+        pipe.xadd(self.dead_letter_stream, fields)  # type: ignore[arg-type]
+        pipe.xack(self.stream, self.group, entry_id)
+        pipe.execute()
+        self._collector.count("dead_lettered")
+        logger.warning(
+            "%s: entry %s failed after %d replays (last: %s); dead-lettered to stream %r",
+            self._outage.where,
+            entry_id,
+            deliveries - 1,
+            reason,
+            self.dead_letter_stream,
+        )
+        return True
 
     def _flush_acks(self) -> None:
         if not self._to_ack:
@@ -281,6 +352,10 @@ class RedisStreamSpout(Spout):
             return None
         self._outage.recovered()
         return result
+
+
+def _raw_reply(response: Any, **options: Any) -> Any:
+    return response
 
 
 def _text(value: bytes | str) -> str:

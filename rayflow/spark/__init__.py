@@ -4,9 +4,11 @@ How the modules stack, bottom up:
 
     plain Python (pyarrow)   arrow (tuples -> Arrow tables, one schema per sink task;
                              Arrow -> Spark), parquet (``write_parquet``)
-    Spark in a process       session (raydp settings for Java 17; ``spark_session``, ``stop_spark``)
+    Spark in a process       scratch (what a Spark start leaves on disk, removed at its stop),
+                             session (raydp settings for Java 17; ``spark_session``, ``stop_spark``)
     Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use)
-    components               sink (``DataFrameSink``), spout (``DataFrameSpout``)
+    components               sink (``DataFrameSink``), spout (``DataFrameSpout``), pending (the
+                             spouts' pending budget a topology with a sink gets by default)
 
 Importing needs pyarrow only; pyspark, raydp and Java are needed once Spark starts, and their
 absence is reported then as ``SparkUnavailableError``.

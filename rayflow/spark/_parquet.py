@@ -5,14 +5,21 @@ A batch is written by Spark into a staging directory, then renamed to ``batch_id
 written again under the same id (a retried Spark Structured Streaming batch, a re-run) replaces
 the earlier copy instead of adding to it. ``spark.read.parquet(path)`` then reads every batch,
 with ``batch_id`` as a partition column.
+
+Several batches can be written in one Spark job (``write_together``, which the shared Spark uses
+for batches queued behind a running write): Spark writes them partitioned by ``batch_id`` into
+one staging directory, and each ``batch_id=N`` is then renamed into place as a single batch
+would be. A Spark job costs about as much for a few rows as for many, so this is the difference
+between a job per batch and a job per write.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,31 +53,66 @@ class ParquetBatchWriter:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.write(batch_id, lambda target: df.write.mode("overwrite").parquet(target))
 
+    def write_together(self, batches: Sequence[tuple[DataFrame, int]]) -> None:
+        """Write every ``(df, batch_id)`` of ``batches`` (DataFrames of one schema, without a
+        ``batch_id`` column) in one Spark job; each lands as ``self(df, batch_id)`` would put it."""
+        from pyspark.sql import functions
+
+        frames = [df.withColumn(PARTITION, functions.lit(batch_id)) for df, batch_id in batches]
+        union = functools.reduce(lambda a, b: a.unionByName(b), frames).coalesce(1)
+        self.write_many(
+            [batch_id for _, batch_id in batches],
+            lambda target: union.write.mode("overwrite").partitionBy(PARTITION).parquet(target),
+        )
+
     def write(self, batch_id: int, produce: Callable[[str], None]) -> str:
         """Make batch ``batch_id`` with ``produce(directory)``, then put it in place; returns
         where it is. If ``produce`` raises, nothing is left behind and an earlier copy stays.
 
         Replacing an earlier copy takes two renames (the old copy aside, the new one in), so a
         reader may miss the batch for that instant; it never sees two copies or a partial one."""
+        return self._in_place([batch_id], f"_staging-{PARTITION}={batch_id}", produce, partitioned=False)[0]
+
+    def write_many(self, batch_ids: Sequence[int], produce: Callable[[str], None]) -> list[str]:
+        """``write`` for several batches made at once: ``produce(directory)`` writes each batch
+        ``N`` of ``batch_ids`` to ``directory/batch_id=N``. Each batch is put in place as
+        ``write`` does; if ``produce`` raises, none is and earlier copies stay."""
+        return self._in_place(batch_ids, "_staging-many", produce, partitioned=True)
+
+    def _in_place(
+        self, batch_ids: Sequence[int], staging_name: str, produce: Callable[[str], None], *, partitioned: bool
+    ) -> list[str]:
         from pyarrow import fs as pafs
 
         filesystem, root = pafs.FileSystem.from_uri(self.path)
         filesystem.create_dir(root, recursive=True)
         token = uuid.uuid4().hex[:12]
-        name = f"batch_id={batch_id}"
-        staging = f"_staging-{name}-{token}"
+        staging = f"{root}/{staging_name}-{token}"
+        placed = []
         try:
-            produce(f"{self.path.rstrip('/')}/{staging}")
-            final = f"{root}/{name}"
-            if filesystem.get_file_info(final).type != pafs.FileType.NotFound:
-                aside = f"{root}/_replaced-{name}-{token}"
-                filesystem.move(final, aside)
-                filesystem.move(f"{root}/{staging}", final)
-                filesystem.delete_dir(aside)
-            else:
-                filesystem.move(f"{root}/{staging}", final)
-        except BaseException:
-            if filesystem.get_file_info(f"{root}/{staging}").type != pafs.FileType.NotFound:
-                filesystem.delete_dir(f"{root}/{staging}")
-            raise
-        return f"{self.path.rstrip('/')}/{name}"
+            produce(f"{self.path.rstrip('/')}/{staging_name}-{token}")
+            for batch_id in batch_ids:
+                name = f"{PARTITION}={batch_id}"
+                made = f"{staging}/{name}" if partitioned else staging
+                if filesystem.get_file_info(made).type != pafs.FileType.NotFound:
+                    _replace(filesystem, made, f"{root}/{name}", f"{root}/_replaced-{name}-{token}")
+                placed.append(f"{self.path.rstrip('/')}/{name}")
+        finally:
+            if filesystem.get_file_info(staging).type != pafs.FileType.NotFound:
+                filesystem.delete_dir(staging)
+        return placed
+
+
+PARTITION = "batch_id"
+"""The partition column readers see, from the directory names ``batch_id=N``."""
+
+
+def _replace(filesystem: Any, made: str, final: str, aside: str) -> None:
+    from pyarrow import fs as pafs
+
+    if filesystem.get_file_info(final).type != pafs.FileType.NotFound:
+        filesystem.move(final, aside)
+        filesystem.move(made, final)
+        filesystem.delete_dir(aside)
+    else:
+        filesystem.move(made, final)

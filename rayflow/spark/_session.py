@@ -4,6 +4,7 @@
 to its JVM through py4j); the shared Spark that ``DataFrameSink`` uses starts the same way, with
 the same settings, inside its own actor (``shared.py``). Either costs ~25 s and ~1.6 GB (four
 JVMs), so a process holds at most one Spark; a driver's and the shared one run side by side.
+Each start gets a scratch directory of its own, removed with the Spark (``scratch.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import RayflowError
+from ._scratch import new_scratch_dir, remove_driver_library_copy, remove_scratch_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkSettings", "SparkUnavailableError", "spark_session", "start_spark", "stop_spark"]
+__all__ = [
+    "SparkSettings",
+    "SparkUnavailableError",
+    "spark_session",
+    "start_spark",
+    "stop_spark",
+    "stop_started_spark",
+]
 
 logger = logging.getLogger("rayflow")
 
@@ -61,12 +70,15 @@ class SparkSettings:
     memory: str = "1g"
     configs: dict[str, str] = field(default_factory=dict)
 
-    def spark_configs(self) -> dict[str, str]:
-        """raydp's ``configs``: what Spark needs on Java 17 and a small machine, then ``configs``."""
+    def spark_configs(self, scratch: str | None = None) -> dict[str, str]:
+        """raydp's ``configs``: what Spark needs on Java 17 and a small machine, then ``configs``.
+        ``scratch``: the directory for Spark's and its JVMs' temporary files."""
+        java_options = JAVA_17_OPTIONS if scratch is None else f"{JAVA_17_OPTIONS} -Djava.io.tmpdir={scratch}"
         return {
-            "spark.driver.extraJavaOptions": JAVA_17_OPTIONS,
-            "spark.executor.extraJavaOptions": JAVA_17_OPTIONS,
-            "spark.ray.raydp_app_master.extraJavaOptions": JAVA_17_OPTIONS,
+            "spark.driver.extraJavaOptions": java_options,
+            "spark.executor.extraJavaOptions": java_options,
+            "spark.ray.raydp_app_master.extraJavaOptions": java_options,
+            **({} if scratch is None else {"spark.local.dir": scratch}),
             # raydp's master actor would otherwise hold a whole CPU for nothing.
             "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
             # Each executor would reserve its cores' worth of Ray CPUs: on a 2-core machine a
@@ -121,14 +133,38 @@ def start_spark(settings: SparkSettings, *, jvm_namespace: str | None = None) ->
 
         ray_cluster.RayDPSparkMaster = _master_in_namespace(jvm_namespace)
 
-    session: SparkSession = raydp.init_spark(
-        settings.app_name,
-        num_executors=settings.executors,
-        executor_cores=settings.cores,
-        executor_memory=settings.memory,
-        configs=settings.spark_configs(),
-    )
+    global _scratch_dir
+    scratch = new_scratch_dir()
+    try:
+        session: SparkSession = raydp.init_spark(
+            settings.app_name,
+            num_executors=settings.executors,
+            executor_cores=settings.cores,
+            executor_memory=settings.memory,
+            configs=settings.spark_configs(scratch),
+        )
+    except BaseException:
+        remove_scratch_dir(scratch)
+        raise
+    _scratch_dir = scratch
+    try:
+        jvm: Any = session._jvm
+        remove_driver_library_copy(jvm.java.lang.ProcessHandle.current().pid())
+    except Exception as exc:  # a copy left behind is no reason to fail a started Spark
+        logger.debug("could not remove the Spark driver's copy of Ray's Java library: %s", exc)
     return session
+
+
+def stop_started_spark() -> None:
+    """Stop the Spark ``start_spark`` started in this process and remove its scratch directory."""
+    global _scratch_dir
+    import raydp
+
+    try:
+        raydp.stop_spark()
+    finally:
+        remove_scratch_dir(_scratch_dir)
+        _scratch_dir = None
 
 
 def _master_in_namespace(namespace: str) -> Any:
@@ -147,6 +183,8 @@ def _master_in_namespace(namespace: str) -> Any:
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_scratch_dir: str | None = None
+"""The scratch directory of the Spark this process started (one per process, as raydp allows)."""
 
 
 def spark_session(
@@ -186,9 +224,7 @@ def stop_spark() -> None:
     global _session
     with _lock:
         if _session is not None:
-            import raydp
-
-            raydp.stop_spark()
+            stop_started_spark()
             _session = None
     from ._shared import stop_shared_spark
 

@@ -12,6 +12,13 @@ task that happened to start it, restarted sink tasks find it again, and ``stop_s
 end of the Ray cluster) stops it. Calls run on threads, batches at most one per executor core
 at a time, so with several cores a ``foreach_batch`` runs concurrently with itself (on
 different batches) and must be safe to.
+
+Batches for ``write_parquet`` that queue behind a running write go together: the next call to
+get an executor core writes every batch waiting for the same path (and schema) in one Spark job
+(``ParquetBatchWriter.write_together``), and each call returns once its batch is in place, or
+raises what that job raised. A job costs about as much for a few rows as for many; so the rows
+that arrive during a write are written by the next job, as in Structured Streaming, while every
+batch keeps its own ``batch_id`` and directory.
 """
 
 from __future__ import annotations
@@ -24,14 +31,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
-from ._session import SparkSettings, SparkUnavailableError, start_spark
+from ._scratch import remove_session_library_copy
+from ._session import SparkSettings, SparkUnavailableError, start_spark, stop_started_spark
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from ._parquet import ParquetBatchWriter
 
 __all__ = [
     "SHARED_NAME",
@@ -64,6 +75,16 @@ DEFAULT_SETTINGS = SparkSettings(app_name="rayflow-shared")
 driver uses ``rayflow``."""
 
 
+@dataclass
+class _Waiting:
+    """A ``write_parquet`` batch waiting for a write; ``done`` once it is in place or failed."""
+
+    table: pa.Table
+    batch_id: int
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class SharedSpark:
     """The body of the shared Spark actor. Startup errors are kept, not raised, so that the
     caller gets them as they are (a constructor that raises surfaces as ``ActorDiedError``)."""
@@ -75,6 +96,10 @@ class SharedSpark:
         self._batch_slots = threading.BoundedSemaphore(settings.executors * settings.cores)
         self._ids_lock = threading.Lock()
         self._next_id = time.time_ns() // 1000
+        self._waiting_lock = threading.Lock()
+        self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
+        self._job_groups: dict[int, str] = {}
+        """The job group of each batch being written with others (its jobs are theirs)."""
         try:
             self._spark = start_spark(settings, jvm_namespace=JVM_NAMESPACE)
             self._warm_up()
@@ -117,28 +142,75 @@ class SharedSpark:
     def foreach_batch(self, fn: Callable[[DataFrame, int], Any] | str, table: pa.Table, batch_id: int) -> None:
         """``fn(DataFrame of table, batch_id)``; ``fn`` may be a dotted import path."""
         from ._arrow import to_spark_dataframe
+        from ._parquet import PARTITION, ParquetBatchWriter
         from ._sink import resolve_function
 
         function = resolve_function(fn) if isinstance(fn, str) else fn
+        if isinstance(function, ParquetBatchWriter) and PARTITION not in table.column_names:
+            self._write_together(function, table, batch_id)
+            return
         with self._batch_slots:  # jobs beyond the executor cores only thrash
             spark = self._session()
             # Thread-local (pyspark pins a JVM thread to each Python thread): tags this batch's jobs.
             spark.sparkContext.setJobGroup(_job_group(batch_id), f"rayflow batch {batch_id}", interruptOnCancel=True)
             function(to_spark_dataframe(spark, table), batch_id)
 
+    def _write_together(self, writer: ParquetBatchWriter, table: pa.Table, batch_id: int) -> None:
+        """Wait for a core; then write this batch and every other one waiting for the same path
+        and schema in one job -- unless a call that got a core first has written it already."""
+        key = (writer.path, str(table.schema))
+        mine = _Waiting(table, batch_id)
+        with self._waiting_lock:
+            self._waiting.setdefault(key, []).append(mine)
+        with self._batch_slots:
+            if not mine.done.is_set():
+                with self._waiting_lock:
+                    group = self._waiting.pop(key, [])
+                if group:  # else every waiting batch, this one too, is being written on another core
+                    self._write_group(writer, group)
+        mine.done.wait()
+        if mine.error is not None:
+            raise mine.error
+
+    def _write_group(self, writer: ParquetBatchWriter, group: list[_Waiting]) -> None:
+        from ._arrow import to_spark_dataframe
+
+        job_group = _job_group(group[0].batch_id)
+        ids = [waiting.batch_id for waiting in group]
+        with self._waiting_lock:
+            self._job_groups.update(dict.fromkeys(ids, job_group))
+        try:
+            spark = self._session()
+            spark.sparkContext.setJobGroup(job_group, f"rayflow batches {ids}", interruptOnCancel=True)
+            frames = [(to_spark_dataframe(spark, waiting.table), waiting.batch_id) for waiting in group]
+            if len(frames) == 1:
+                writer(*frames[0])
+            else:
+                writer.write_together(frames)
+        except BaseException as exc:
+            for waiting in group:
+                waiting.error = exc
+        finally:
+            with self._waiting_lock:
+                for batch_id in ids:
+                    self._job_groups.pop(batch_id, None)
+            for waiting in group:
+                waiting.done.set()
+
     def cancel_batch(self, batch_id: int) -> None:
-        """Cancel the Spark jobs of a batch whose sink gave up waiting for it."""
+        """Cancel the Spark jobs of a batch whose sink gave up waiting for it (and so those of
+        the batches written together with it, which fail and are replayed)."""
         if self._spark is not None:
-            self._spark.sparkContext.cancelJobGroup(_job_group(batch_id))
+            with self._waiting_lock:
+                job_group = self._job_groups.get(batch_id, _job_group(batch_id))
+            self._spark.sparkContext.cancelJobGroup(job_group)
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return fn(self._session(), *args, **kwargs)
 
     def stop(self) -> None:
         if self._spark is not None:
-            import raydp
-
-            raydp.stop_spark()
+            stop_started_spark()
             self._spark = None
 
     def _session(self) -> SparkSession:
@@ -235,7 +307,8 @@ def run_in_spark(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
 
 
 def stop_shared_spark() -> None:
-    """Stop the shared Spark if it runs (its JVMs first, then the actor)."""
+    """Stop the shared Spark if it runs (its JVMs first, then the actor); then remove the Ray
+    session's copy of Ray's Java library on this node if no Spark here uses it any more."""
     import ray
 
     if not ray.is_initialized():
@@ -243,12 +316,14 @@ def stop_shared_spark() -> None:
     try:
         handle = ray.get_actor(SHARED_NAME, namespace=SHARED_NAMESPACE)
     except ValueError:
-        return
-    try:
-        ray.get(handle.stop.remote(), timeout=60)
-    except Exception as exc:  # it may be dying already; it is killed below either way
-        logger.warning("stopping the shared Spark: %s: %s", type(exc).__name__, exc)
-    ray.kill(handle)
+        handle = None
+    if handle is not None:
+        try:
+            ray.get(handle.stop.remote(), timeout=60)
+        except Exception as exc:  # it may be dying already; it is killed below either way
+            logger.warning("stopping the shared Spark: %s: %s", type(exc).__name__, exc)
+        ray.kill(handle)
+    remove_session_library_copy()
 
 
 def settings_from_conf(conf: Mapping[str, Any]) -> SparkSettings:

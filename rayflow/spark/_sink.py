@@ -5,13 +5,18 @@ each into an Arrow table (``TableBuilder``) and sends it to the shared Spark (``
 where ``foreach_batch(df, batch_id)`` runs. It does not wait for the call: the batch's tuples
 are held and acked when the call has returned, or failed if it raised -- checked on every tuple
 and every tick -- so a Spark job of several seconds never stalls the task's event loop. At most
-``MAX_INFLIGHT`` batches of a task are in Spark at once; sealed batches queue behind them, and
-the spouts' ``max_spout_pending`` bounds how many tuples that can be.
+``MAX_INFLIGHT`` batches of a task are in Spark at once (``MAX_INFLIGHT_TOGETHER`` for
+``write_parquet``, whose queued batches the shared Spark writes together in one job); sealed
+batches queue behind them, and the spouts' ``max_spout_pending`` bounds how many tuples that can be.
 
 Batches grow while Spark is busy, as Structured Streaming's micro-batches do: a batch goes
 when it is full, when it is ``batch_secs`` old, or -- whatever its size -- when Spark has room
-for it and it has lingered ``LINGER_SECS``. So the defaults work whatever the spouts' pending
-budget: a batch never waits for rows the spouts are not allowed to send.
+for it and it has lingered ``LINGER_SECS``; for ``write_parquet``, room means none of the task's
+batches is in Spark, since what waits behind a write is written together anyway. So a batch
+never waits for rows the spouts are not allowed to send. A Spark job costs about as much for a
+few rows as for ``batch_rows``, so the sink keeps pace only when its batches can fill: a
+topology with a sink gets a pending budget that lets them (``pending.py``), unless its config
+sets one.
 
 When the shared Spark cannot start, the sink reports why (the cause, once per attempt), holds
 its tuples -- resetting their timeouts, so that the spouts' pending budgets fill and they stop
@@ -49,6 +54,9 @@ logger = logging.getLogger("rayflow")
 
 MAX_INFLIGHT = 2
 """Batches one sink task may have in Spark at once: one being written while the next is built."""
+MAX_INFLIGHT_TOGETHER = 4
+"""The same for ``write_parquet``: one being written, and up to three behind it, which the next
+Spark job writes together (``shared.py``)."""
 RESULT_POLL_SECS = 0.02
 """Ticks come at least this often, so a finished batch is acked soon even when no tuple arrives
 (when the spouts have used their pending budget, none does until it is)."""
@@ -138,6 +146,15 @@ class DataFrameSink(Bolt):
     - A batch is sealed at ``batch_rows`` tuples, or ``batch_secs`` after its first tuple came,
       or sooner when Spark has room for it (after ``LINGER_SECS``): batches grow while Spark is
       busy, and a batch never waits for rows the spouts' pending budget holds back.
+    - With ``write_parquet``, batches that wait behind a running write are written together by
+      the next Spark job (each still in its own ``batch_id=N`` directory, acked once it is):
+      a job costs about as much for a few rows as for many.
+    - Unless the topology's config sets ``max_spout_pending``, a topology with a sink lets each
+      spout task have ``batch_rows`` trees in flight for every batch a sink task it feeds may
+      have in Spark, plus one filling (5 with ``write_parquet``, 3 otherwise; shared out over
+      the spout tasks feeding the sink; never less than the plain default). A smaller budget
+      set in the config is kept, with a warning: every Spark job then writes fewer rows, and
+      the sink is slower.
     - Its tuples are acked once ``foreach_batch`` has returned. If it raises, they are failed
       (their spouts replay them) and the error is reported (``metrics()[id]["errors"]``); the
       topology carries on. So a batch is written at least once: make ``foreach_batch``
@@ -183,8 +200,10 @@ class DataFrameSink(Bolt):
         schema: Mapping[str, Any] | pa.Schema | None = None,
     ) -> None:
         if isinstance(foreach_batch, str):
-            resolve_function(foreach_batch)  # fail now, not in the first batch
-        elif not callable(foreach_batch):
+            function = resolve_function(foreach_batch)  # fail now, not in the first batch
+        elif callable(foreach_batch):
+            function = foreach_batch
+        else:
             raise ConfigError(
                 f"DataFrameSink: foreach_batch must be a function or its dotted path, got {foreach_batch!r}"
             )
@@ -193,11 +212,24 @@ class DataFrameSink(Bolt):
         if isinstance(batch_secs, bool) or not isinstance(batch_secs, (int, float)) or batch_secs <= 0:
             raise ConfigError(f"DataFrameSink: batch_secs must be a number of seconds > 0, got {batch_secs!r}")
         from ._arrow import parse_schema
+        from ._parquet import ParquetBatchWriter
 
         self.foreach_batch = foreach_batch
+        self._together = isinstance(function, ParquetBatchWriter)  # the shared Spark writes its queue together
         self.batch_rows = batch_rows
         self.batch_secs = float(batch_secs)
         self.schema = parse_schema(schema)
+
+    @property
+    def max_inflight(self) -> int:
+        """Batches of one task in Spark at once: more for ``write_parquet``, whose waiting batches
+        share a Spark job, than for a ``foreach_batch`` that makes a job of each."""
+        return MAX_INFLIGHT_TOGETHER if self._together else MAX_INFLIGHT
+
+    def _has_room(self) -> bool:
+        """Spark can take a batch that has not filled: a slot is free -- for ``write_parquet``,
+        every slot, as what waits behind a write is written with the next one anyway."""
+        return len(self._inflight) < (1 if self._max_inflight == MAX_INFLIGHT_TOGETHER else self._max_inflight)
 
     def get_component_configuration(self) -> dict[str, Any]:
         return {"tick_tuple_freq_secs": min(self.batch_secs, RESULT_POLL_SECS)}
@@ -211,6 +243,7 @@ class DataFrameSink(Bolt):
         self._builders: dict[tuple[str, ...], TableBuilder] = {}
         self._sealed: deque[Batch] = deque()
         self._inflight: list[_InFlight] = []
+        self._max_inflight = self.max_inflight
         self._ids = range(0)
         timeout = conf.get("message_timeout_secs")
         if timeout and self.batch_secs >= timeout / 2:
@@ -238,7 +271,7 @@ class DataFrameSink(Bolt):
             full = self._batcher.add(tup, now)
             if full is not None:
                 self._sealed.append(full)
-        if not self._sealed and len(self._inflight) < MAX_INFLIGHT:  # Spark has room: what waited goes
+        if not self._sealed and self._has_room():  # what waited goes
             self._sealed.extend(self._batcher.due(now, LINGER_SECS))
         if self._sealed:
             self._submit(now)
@@ -248,7 +281,7 @@ class DataFrameSink(Bolt):
         if self._spark is None and (now < self._retry_at or not self._connect()):
             self._hold(now)
             return
-        while self._sealed and len(self._inflight) < MAX_INFLIGHT:
+        while self._sealed and len(self._inflight) < self._max_inflight:
             batch = self._sealed.popleft()
             table, tuples = self._table(batch)
             if table is None:

@@ -1,8 +1,10 @@
 """Storm's promise under fire: 20,000 numbered messages from a real broker through
 source -> split -> count -> record while the processes of bolt tasks, of the acker and of the
 spout are SIGKILLed, three times each. At the end the broker has every message acknowledged and
-every id reached the sink: 0 lost. Duplicates, recovery times and throughput are printed
-(``pytest -s -m chaos tests/chaos``); each test takes 1-3 minutes."""
+every id reached the sink: 0 lost. The spouts replay without bound (``max_replays=None``): with
+5 s timeouts and kills on a loaded box a good message may time out more often than the default
+bound allows, and dead-lettering is tested in ``tests/connectors``. Duplicates, recovery times
+and throughput are printed (``pytest -s -m chaos tests/chaos``); each test takes 1-3 minutes."""
 
 from __future__ import annotations
 
@@ -93,7 +95,9 @@ def test_rabbitmq_nothing_lost_when_tasks_die(ray_cluster: str, redis_client: An
             method = channel.queue_declare(queue, passive=True).method
             return int(method.message_count), int(method.consumer_count)
 
-        handle = rayflow.submit_topology(unique("chaos-rabbitmq"), CONF, build(RabbitMQSpout(queue), key))
+        handle = rayflow.submit_topology(
+            unique("chaos-rabbitmq"), CONF, build(RabbitMQSpout(queue, max_replays=None), key)
+        )
         try:
             run_chaos(
                 "RabbitMQ",
@@ -124,7 +128,7 @@ def test_redis_streams_nothing_lost_when_tasks_die(ray_cluster: str, redis_clien
         entries = StreamGroup(redis_client, stream, group, TOTAL)
         entries.fill()
 
-        spout = RedisStreamSpout(stream, group, claim_idle_ms=15_000)
+        spout = RedisStreamSpout(stream, group, claim_idle_ms=15_000, max_replays=None)
         handle = rayflow.submit_topology(unique("chaos-redis"), CONF, build(spout, key))
         try:
             run_chaos(

@@ -1,5 +1,6 @@
-"""What the broker tests share: reaching the brokers, driving a spout in-process, cutting its
-connection (a TCP proxy between the spout and the broker)."""
+"""What the broker tests share: reaching the brokers, driving a spout in-process (alone, or in
+an in-process topology with a bolt that fails poison messages), cutting its connection (a TCP
+proxy between the spout and the broker)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ from typing import Any
 
 import pytest
 
+from rayflow import Bolt, OutputCollector, Spout, TopologyBuilder, Tuple
 from rayflow._context import TopologyContext
+from rayflow.testing import InProcessTopology
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+NATS_URL = "nats://127.0.0.1:4222"
+POISON = "poison"
 
 
 def unique(prefix: str) -> str:
@@ -42,6 +47,12 @@ def require_redis() -> None:
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
 
 
+def require_nats() -> None:
+    pytest.importorskip("nats", reason="the nats extra (nats-py) is not installed")
+    if not reachable(4222):
+        pytest.skip("NATS is not reachable on 127.0.0.1:4222")
+
+
 def context(task_id: int = 1, component: str = "source") -> TopologyContext:
     return TopologyContext(task_id, {task_id: component}, {component: {}})
 
@@ -52,6 +63,7 @@ class FakeCollector:
     def __init__(self) -> None:
         self.emitted: list[tuple[list[Any], Any]] = []
         self.errors: list[BaseException] = []
+        self.counts: dict[str, int] = {}
 
     def emit(self, values: list[Any], msg_id: Any = None, stream: str = "default") -> list[int]:
         self.emitted.append((list(values), msg_id))
@@ -63,6 +75,9 @@ class FakeCollector:
     def report_error(self, exc: BaseException) -> None:
         self.errors.append(exc)
 
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + amount
+
 
 def drive(spout: Any, collector: FakeCollector, until: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Call ``next_tuple`` as the spout loop does until ``until()`` holds (or ``timeout``)."""
@@ -72,6 +87,40 @@ def drive(spout: Any, collector: FakeCollector, until: Callable[[], bool], timeo
             return True
         spout.next_tuple()
         time.sleep(0.001)
+    return until()
+
+
+class FailPoison(Bolt):
+    """Fails every tuple whose first value is ``POISON`` (or its bytes), acks the others."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+
+    def execute(self, tup: Tuple) -> None:
+        if tup[0] in (POISON, POISON.encode()):
+            self.collector.fail(tup)
+        else:
+            self.collector.ack(tup)
+
+
+def poison_topology(spout: Spout, conf: dict[str, Any] | None = None) -> InProcessTopology:
+    """source (the broker spout) -> work (``FailPoison``), in this process."""
+    builder = TopologyBuilder()
+    builder.set_spout("source", spout)
+    builder.set_bolt("work", FailPoison()).shuffle_grouping("source")
+    return InProcessTopology(builder.create_topology(), {"topology.max.spout.pending": 100, **(conf or {})})
+
+
+def run_until(run: InProcessTopology, until: Callable[[], bool], timeout: float = 15.0) -> bool:
+    """Let the spouts emit and deliver everything until ``until()`` holds (or ``timeout``): a
+    broker spout never runs dry, so ``run()`` alone would not return."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if until():
+            return True
+        if not run.run_spouts():
+            time.sleep(0.002)
+        run.settle()
     return until()
 
 
@@ -152,3 +201,60 @@ def publish(queue: str, *bodies: bytes | str) -> None:
     for body in bodies:
         channel.basic_publish("", queue, body)
     connection.close()
+
+
+def take_all(queue: str) -> list[bytes]:
+    """Take every message of ``queue`` (acking it) and return the bodies, oldest first."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
+    channel = connection.channel()
+    bodies = []
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    connection.close()
+    return bodies
+
+
+def nats_call(work: Callable[[Any], Any]) -> Any:
+    """Run ``await work(js)`` with a JetStream context of a fresh connection to the NATS on
+    127.0.0.1 (the test's side of the broker: streams, publishing, consumer state)."""
+    import asyncio
+
+    import nats
+
+    async def run() -> Any:
+        client = await nats.connect(NATS_URL)
+        try:
+            return await work(client.jetstream())
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def nats_publish(subject: str, *payloads: bytes | str) -> None:
+    async def publish_all(js: Any) -> None:
+        for payload in payloads:
+            await js.publish(subject, payload.encode() if isinstance(payload, str) else payload)
+
+    nats_call(publish_all)
+
+
+def nats_pending(stream: str, durable: str) -> tuple[int, int] | None:
+    """(messages delivered and not acked, messages not delivered yet) of consumer ``durable``
+    (``None`` while it does not exist)."""
+    import nats.js.errors
+
+    async def info(js: Any) -> tuple[int, int] | None:
+        try:
+            consumer = await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            return None
+        return int(consumer.num_ack_pending), int(consumer.num_pending)
+
+    result: tuple[int, int] | None = nats_call(info)
+    return result

@@ -1,5 +1,6 @@
-"""Fixtures shared by the connector tests: a fresh RabbitMQ queue and a fresh Redis stream per
-test, deleted afterwards. Each skips the test with a clear reason when its broker is not running."""
+"""Fixtures shared by the connector tests: a fresh RabbitMQ queue, Redis stream and NATS
+JetStream stream per test, deleted afterwards. Each skips the test with a clear reason when
+its broker is not running."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.connectors.brokers import RABBITMQ_URL, REDIS_URL, require_rabbitmq, require_redis, unique
+from tests.connectors.brokers import (
+    RABBITMQ_URL,
+    REDIS_URL,
+    nats_call,
+    require_nats,
+    require_rabbitmq,
+    require_redis,
+    unique,
+)
 
 
 @pytest.fixture
@@ -44,3 +53,22 @@ def stream(client: Any) -> Iterator[str]:
         yield name
     finally:
         client.delete(name)
+
+
+@pytest.fixture
+def jetstream() -> Iterator[str]:
+    """The name of a new JetStream stream (file storage) holding the subjects ``<name>.>``."""
+    require_nats()
+    name = unique("stream").replace("-", "_")
+
+    async def add(js: Any) -> None:
+        await js.add_stream(name=name, subjects=[f"{name}.>"])
+
+    async def delete(js: Any) -> None:
+        await js.delete_stream(name)
+
+    nats_call(add)
+    try:
+        yield name
+    finally:
+        nats_call(delete)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import eventually
-from tests.connectors.brokers import RABBITMQ_URL, FakeCollector, Proxy, context, drive, publish
+from tests.connectors.brokers import RABBITMQ_URL, FakeCollector, Proxy, context, drive, publish, take_all
 from tests.connectors.test_rabbitmq_spout import ready
 
 pytestmark = pytest.mark.broker
@@ -42,18 +42,7 @@ def broker_acks(spout: Any) -> list[tuple[int, bool]]:
 
 def remaining(queue: str) -> list[str]:
     """Take every message left in ``queue`` (acking it) and return the bodies."""
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL))
-    channel = connection.channel()
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        bodies.append(body.decode())
-    connection.close()
-    return bodies
+    return [body.decode() for body in take_all(queue)]
 
 
 class TestOutOfOrderAcks:

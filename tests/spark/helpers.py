@@ -61,3 +61,29 @@ def numbers_spout(spark: Any, rows: int) -> DataFrameSpout:
     """A spout of a Spark DataFrame of ``rows`` rows: ``id`` and ``word`` (``w`` + id % 7)."""
     frame = spark.range(rows).selectExpr("id", "concat('w', CAST(id % 7 AS STRING)) AS word").repartition(3)
     return DataFrameSpout(frame)
+
+
+def spark_scratch(spark: Any) -> dict[str, Any]:
+    """Where the Spark of this process keeps its temporary files: its scratch directory, what it
+    holds, ``spark.local.dir``, and the copies of Ray's Java library its driver JVM has loaded."""
+    import os
+
+    from rayflow.spark import _session
+    from rayflow.spark._scratch import loaded_library_copies
+
+    scratch = _session._scratch_dir
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    return {
+        "scratch": scratch,
+        "contents": sorted(os.listdir(scratch)) if scratch and os.path.isdir(scratch) else [],
+        "local_dir": spark.sparkContext.getConf().get("spark.local.dir"),
+        "library_copies": [str(path) for path in loaded_library_copies(pid)],
+    }
+
+
+def write_together(spark: Any, path: str, batches: dict[int, list[int]]) -> None:
+    """``write_parquet(path).write_together`` of one DataFrame per batch (column ``x``)."""
+    from rayflow.spark._parquet import ParquetBatchWriter
+
+    frames = [(spark.createDataFrame([(x,) for x in xs], "x long"), batch_id) for batch_id, xs in batches.items()]
+    ParquetBatchWriter(path).write_together(frames)

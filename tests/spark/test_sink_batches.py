@@ -18,6 +18,7 @@ from rayflow.spark import (  # noqa: E402
     ForeachBatchError,
     SchemaMismatchError,
     SparkUnavailableError,
+    write_parquet,
 )
 from rayflow.spark import _shared as shared_module  # noqa: E402
 from rayflow.spark import _sink as sink_module  # noqa: E402
@@ -26,6 +27,7 @@ from rayflow.spark._sink import (  # noqa: E402
     BATCH_ID_BLOCK,
     LINGER_SECS,
     MAX_INFLIGHT,
+    MAX_INFLIGHT_TOGETHER,
     RESULT_POLL_SECS,
     RETRY_SECS,
     Batcher,
@@ -251,6 +253,30 @@ class TestDataFrameSink:
         sink.execute(TICK)
         assert len(spark.calls) == MAX_INFLIGHT + 1 and [r.values[1] for r in collector.acked] == [1]
         assert spark.calls[-1][1].column("n").to_pylist() == [MAX_INFLIGHT]
+
+    def test_write_parquet_batches_fill_behind_a_running_write_and_queue_deeper(
+        self, spark: FakeSpark, clock: Clock, tmp_path: Any
+    ) -> None:
+        """What waits behind a write goes with the next Spark job (the shared Spark writes it
+        together), so a ``write_parquet`` sink sends a batch that has not filled only when none
+        of its batches is in Spark, and queues more full ones behind a running write."""
+        sink = DataFrameSink(write_parquet(tmp_path), batch_rows=2)
+        collector = prepared(sink)
+        sink.execute(Row("a", 0))
+        clock.now += 2 * LINGER_SECS
+        sink.execute(TICK)  # Spark idle: the lone row goes
+        assert len(spark.calls) == 1
+        sink.execute(Row("b", 1))
+        clock.now += 2 * LINGER_SECS
+        sink.execute(TICK)
+        assert len(spark.calls) == 1  # a write runs: the batch grows instead
+        for n in range(2, 2 + 2 * MAX_INFLIGHT_TOGETHER):
+            sink.execute(Row("c", n))
+        assert len(spark.calls) == MAX_INFLIGHT_TOGETHER  # full batches queue behind the write
+        assert [table.num_rows for _, table, _ in spark.calls] == [1] + [2] * (MAX_INFLIGHT_TOGETHER - 1)
+        spark.finish(0)
+        sink.execute(TICK)
+        assert [r.values[1] for r in collector.acked] == [0] and len(spark.calls) == MAX_INFLIGHT_TOGETHER + 1
 
     def test_batch_ids_increase_and_differ_between_the_tasks_of_a_sink(self, spark: FakeSpark, clock: Clock) -> None:
         ids: dict[int, list[int]] = {}
