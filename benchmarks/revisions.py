@@ -1,0 +1,139 @@
+"""The reliable word count at two git revisions, side by side in one run: did a change cost
+speed? Not a test: run it on a quiet machine.
+
+    python benchmarks/revisions.py BASE [HEAD] [--rounds 4] [--runs 5] [--sentences 400000]
+
+Each revision is exported with ``git archive`` into a temporary directory (the working tree is
+not touched; ``HEAD`` by default). A round starts one process per revision, the order turned
+round every round, each with its own local Ray; every process runs a warm-up topology, then
+``--runs`` topologies of spout -> split (shuffle) -> count (fields), one task each and one
+acker, and reports words/s for each. The verdict is the ratio of the medians over all runs,
+and each round's ratio of medians, so that a machine whose speed drifts shows as spread.
+
+The child processes import rayflow, ``examples/wordcount.py`` and ``benchmarks/wordcount.py``
+from the exported tree: a revision must have them (every revision since the word-count
+benchmark was written does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = "RESULT "
+
+
+def export(revision: str, into: Path) -> Path:
+    """The tree of ``revision`` under ``into``; a ``SystemExit`` naming a revision git does not know."""
+    target = into / revision.replace("/", "_")
+    target.mkdir()
+    archive = into / f"{target.name}.tar"
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), revision],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"git archive {revision}: {done.stderr.strip()}")
+    with tarfile.open(archive) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def child(tree: str, runs: int, sentences: int) -> None:
+    """Run in a process of its own: the word count of the rayflow in ``tree``."""
+    sys.path.insert(0, tree)
+    os.chdir(tree)
+    import rayflow
+    from benchmarks.wordcount import BenchSpout, words_in
+    from examples.wordcount import SplitSentence, WordCount
+    from rayflow import Config, LocalCluster, TopologyBuilder
+
+    if not str(Path(rayflow.__file__).resolve()).startswith(str(Path(tree).resolve())):
+        raise SystemExit(f"imported rayflow from {rayflow.__file__}, not from {tree}")
+
+    def once(cluster: Any, name: str, n: int) -> float:
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", BenchSpout(n))
+        builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
+        builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
+        handle = cluster.submit_topology(name, Config.of({"ackers": 1}), builder.create_topology(), active=False)
+        time.sleep(1.0)  # every task up and idle: the clock times the stream, not the start
+        started = time.perf_counter()
+        handle.activate()
+        if not handle.wait(timeout=600, poll_secs=0.1):
+            raise SystemExit(f"{name}: not done after 600 s")
+        elapsed = time.perf_counter() - started
+        spout = handle.metrics()["sentences"]
+        handle.kill()
+        if spout["acked"] != n or spout["failed"]:
+            raise SystemExit(f"{name}: {spout['acked']} acked and {spout['failed']} failed of {n}")
+        return float(words_in(n)) / elapsed
+
+    with LocalCluster() as cluster:
+        once(cluster, "warm-up", min(sentences, 20_000))
+        rates = [once(cluster, f"run-{i}", sentences) for i in range(runs)]
+    print(RESULT + json.dumps(rates), flush=True)
+
+
+def measure(tree: Path, runs: int, sentences: int) -> list[float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(tree), str(runs), str(sentences)],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            rates: list[float] = json.loads(line[len(RESULT) :])
+            return rates
+    raise SystemExit(f"the run of {tree.name} failed:\n{done.stderr[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", help="the revision compared against (a commit, tag or branch)")
+    parser.add_argument("head", nargs="?", default="HEAD", help="the revision measured (default HEAD)")
+    parser.add_argument("--rounds", type=int, default=4, help="processes per revision, interleaved")
+    parser.add_argument("--runs", type=int, default=5, help="topologies per process")
+    parser.add_argument("--sentences", type=int, default=400_000, help="sentences per topology")
+    args = parser.parse_args(argv)
+    revisions = [args.base, args.head]
+    with tempfile.TemporaryDirectory(prefix="rayflow-revisions-") as scratch:
+        trees = {rev: export(rev, Path(scratch)) for rev in revisions}
+        rates: dict[str, list[list[float]]] = {rev: [] for rev in revisions}
+        for round_ in range(args.rounds):
+            for rev in revisions if round_ % 2 == 0 else reversed(revisions):
+                rates[rev].append(measure(trees[rev], args.runs, args.sentences))
+                print(f"round {round_ + 1} {rev}: " + ", ".join(f"{r:,.0f}" for r in rates[rev][-1]), flush=True)
+    print()
+    medians = {rev: statistics.median(r for process in rates[rev] for r in process) for rev in revisions}
+    for rev in revisions:
+        print(f"{rev:>12s}  median {medians[rev]:>10,.0f} words/s over {sum(map(len, rates[rev]))} runs")
+    rounds = [
+        statistics.median(head) / statistics.median(base)
+        for base, head in zip(rates[args.base], rates[args.head], strict=True)
+    ]
+    print(
+        f"{args.head} / {args.base}: {medians[args.head] / medians[args.base]:.3f}x "
+        f"(rounds: {', '.join(f'{r:.3f}' for r in rounds)})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        sys.exit(0)
+    sys.exit(main())
