@@ -4,6 +4,7 @@
   tried again and again, and meanwhile another dead task is back at once;
 - a task given up on (``max_task_restarts`` reached) is given up on by every live peer, and by
   a peer that joins later;
+- a peer that is unavailable when told a task's new address is told again until it takes it;
 - ``stop`` ends the watch and kills the new actor of a restart under way.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 import ray
+from ray.exceptions import ActorUnavailableError
 
 from rayflow._runtime import supervisor as supervisor_module
 from rayflow._runtime.supervisor import Supervisor
@@ -57,6 +59,25 @@ class StandIn:
 
 
 RemoteStandIn = ray.remote(num_cpus=0)(StandIn)
+
+
+class UnavailableAtFirst(StandIn):
+    """A peer that does not answer the first ``replace`` it is sent: as one on a node cut off for
+    a moment (Ray's ``ActorUnavailableError``)."""
+
+    def __init__(self, task: int) -> None:
+        super().__init__(task)
+        self.missed = 0
+
+    async def replace(self, task: int, address: Any) -> None:
+        if not self.missed:
+            self.missed += 1
+            self.told.append(("missed replace", task))
+            raise ActorUnavailableError("the peer's node does not answer", None)
+        await super().replace(task, address)
+
+
+RemoteUnavailableAtFirst = ray.remote(num_cpus=0)(UnavailableAtFirst)
 
 
 def start(
@@ -134,5 +155,20 @@ def test_a_restarted_task_is_told_of_peers_given_up_on(ray_cluster: str) -> None
         ray.kill(first[0])
         assert eventually(lambda: supervisor.actors[0] is not first[0] and 0 not in supervisor.dead, timeout=30)
         assert eventually(lambda: ("give_up", 2) in ray.get(supervisor.actors[0].seen.remote()), timeout=10)
+    finally:
+        supervisor.stop()
+
+
+def test_a_peer_unavailable_when_told_a_new_address_is_told_again(ray_cluster: str) -> None:
+    """Task 1 dies and is restarted; task 0 misses the ``replace`` that names task 1's new address.
+    Had it missed it for good, it would send to the dead actor forever."""
+    supervisor, first = start(
+        2, make=lambda task: (RemoteUnavailableAtFirst if task == 0 else RemoteStandIn).remote(task)
+    )
+    try:
+        ray.kill(first[1])
+        assert eventually(lambda: supervisor.actors[1] is not first[1] and 1 not in supervisor.dead, timeout=30)
+        assert eventually(lambda: ("replace", 1) in ray.get(first[0].seen.remote()), timeout=30)
+        assert ray.get(first[0].seen.remote()) == [("missed replace", 1), ("replace", 1)]
     finally:
         supervisor.stop()

@@ -30,6 +30,13 @@ so a component that crashes its process at once cannot spin the machine; ``max_t
 bounds restarts per task (-1: always). A task given up on is given up on by its peers too
 (``give_up``): they stop sending to it and redialing it.
 
+What the peers are told (``replace``, ``give_up``) must reach them: a peer that misses a
+``replace`` sends to the dead actor's address for good, and every tree through that task times
+out and is replayed, forever. So each notice is watched like the other calls, and one that a
+peer could not take because it was unavailable at that moment (partitioned, say) is sent again
+every ``REASK_SECS`` while that peer's actor is still the task's, with the address current then.
+A peer that died needs none: its successor is given every address at ``connect``.
+
 The same thread carries to the driver what each task logs (``task_logs.py``): it holds a second
 call per task, ``next_logs``, that returns only once the task has logged something.
 
@@ -106,6 +113,19 @@ class Restart:
     """The peers' addresses the new actor was given at ``connect``."""
 
 
+@dataclass
+class Notice:
+    """What a peer is told about ``task``: ``replace`` (send to its new address) or ``give_up``."""
+
+    peer: int
+    actor: Any
+    """The peer's actor when told: once the peer has another, the notice is moot."""
+    kind: str
+    task: int
+    due: float = 0.0
+    """When to send it again (it met the peer unavailable)."""
+
+
 class Supervisor:
     """Keeps one actor alive per task. ``actors`` is shared with the handle and updated in place."""
 
@@ -145,6 +165,10 @@ class Supervisor:
         """The pending ``listen``/``connect`` call of each restart attempt, to its task."""
         self._unavailable: dict[int, float] = {}
         """Tasks whose actor Ray called unavailable, with when to ask their lifeline again."""
+        self._notices: dict[Any, Notice] = {}
+        """Each ``replace``/``give_up`` call sent to a peer and not answered yet."""
+        self._notices_due: list[Notice] = []
+        """Notices a peer was unavailable for, to send again at their ``due``."""
         self._thread = threading.Thread(target=self._watch, name=f"rayflow-supervisor-{name}", daemon=True)
 
     def start(self) -> None:
@@ -210,8 +234,8 @@ class Supervisor:
             self._abandon_restarts()
 
     def _watch_once(self) -> None:
-        refs = [*self._lifelines, *self._log_calls, *self._restart_calls]
-        dues = [r.due for r in self._waiting()] + list(self._unavailable.values())
+        refs = [*self._lifelines, *self._log_calls, *self._restart_calls, *self._notices]
+        dues = [r.due for r in self._waiting()] + list(self._unavailable.values()) + [n.due for n in self._notices_due]
         timeout = max(0.0, min([WATCH_SECS] + [due - time.monotonic() for due in dues]))
         ready: list[Any] = []
         if refs:
@@ -227,6 +251,8 @@ class Supervisor:
                 self._logs_came(ref)
             elif ref in self._lifelines:
                 self._died(self._lifelines.pop(ref), ref)
+            elif ref in self._notices:
+                self._answered(self._notices.pop(ref), ref)
             else:
                 self._advance(self._restart_calls.pop(ref), ref)
         now = time.monotonic()
@@ -234,6 +260,11 @@ class Supervisor:
             if due <= now:
                 del self._unavailable[task]
                 self._ask_again(task)
+        if self._notices_due:
+            due_now = [n for n in self._notices_due if n.due <= now]
+            self._notices_due = [n for n in self._notices_due if n.due > now]
+            for notice in due_now:
+                self._send(notice)
         for restart in list(self._restarting.values()):
             if self._stopping.is_set():
                 return
@@ -352,16 +383,16 @@ class Supervisor:
             self.addresses[task] = restart.address
             self.dead.pop(task, None)
             moved = {t: a for t, a in self.addresses.items() if t != task and restart.told.get(t) != a}
-            peers = [p for t, p in self.actors.items() if t != task and t not in self.dead]
+            peers = [(t, p) for t, p in self.actors.items() if t != task and t not in self.dead]
         del self._restarting[task]
         self._lifelines[ray_calls.call(actor.lifeline)] = task
         self._ask_for_logs(task, actor)
-        for other, address in moved.items():  # restarted while this one was starting
-            ray_calls.call(actor.replace, other, address)
-        for peer in peers:  # a peer restarting now is told when it joins (``moved``)
-            ray_calls.call(peer.replace, task, restart.address)
+        for other in moved:  # restarted while this one was starting
+            self._send(Notice(task, actor, "replace", other))
+        for peer, peer_actor in peers:  # a peer restarting now is told when it joins (``moved``)
+            self._send(Notice(peer, peer_actor, "replace", task))
         for other in self.given_up:
-            ray_calls.call(actor.give_up, other)
+            self._send(Notice(task, actor, "give_up", other))
         if self.active and self._is_spout(task):
             ray_calls.call(actor.activate)
         logger.warning(
@@ -384,9 +415,38 @@ class Supervisor:
         )
         with self._lock:
             self.given_up.add(task)
-            peers = [p for t, p in self.actors.items() if t not in self.dead and t != task]
-        for peer in peers:
-            ray_calls.call(peer.give_up, task)
+            peers = [(t, p) for t, p in self.actors.items() if t not in self.dead and t != task]
+        for peer, peer_actor in peers:
+            self._send(Notice(peer, peer_actor, "give_up", task))
+
+    # -- notices to peers ---------------------------------------------------------------------
+    def _send(self, notice: Notice) -> None:
+        """Tell ``notice.peer`` about ``notice.task`` (a ``replace`` with the task's address now),
+        unless it is moot: the peer has another actor, or the task was given up on since."""
+        if (
+            notice.peer not in self.actors
+            or self.actors[notice.peer] is not notice.actor
+            or notice.peer in self.given_up
+        ):
+            return
+        if notice.kind == "replace":
+            if notice.task in self.given_up:  # a late replace must not undo a give_up
+                return
+            ref = ray_calls.call(notice.actor.replace, notice.task, self.addresses[notice.task])
+        else:
+            ref = ray_calls.call(notice.actor.give_up, notice.task)
+        self._notices[ref] = notice
+
+    def _answered(self, notice: Notice, ref: Any) -> None:
+        try:
+            ray_calls.get(ref)
+        except ray_calls.RayGone:
+            raise
+        except ActorUnavailableError:
+            notice.due = time.monotonic() + REASK_SECS
+            self._notices_due.append(notice)
+        except Exception:  # the peer died: its successor is given every address at ``connect``
+            pass
 
     def _abandon_restarts(self) -> None:
         """The loop ended: kill the new actors of restarts under way (if Ray is still there)."""
@@ -396,3 +456,5 @@ class Supervisor:
                     ray_calls.kill(restart.actor)
         self._restarting.clear()
         self._restart_calls.clear()
+        self._notices.clear()
+        self._notices_due.clear()
