@@ -23,10 +23,21 @@ from pydantic_core import ErrorDetails
 from ._errors import ConfigError
 from ._suggest import did_you_mean
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_SPOUT_PENDING", "Config", "ConfigProblem"]
+__all__ = [
+    "DEFAULT_HANDSHAKE_SECS",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_HANDSHAKES",
+    "DEFAULT_MAX_SPOUT_PENDING",
+    "Config",
+    "ConfigProblem",
+]
 
 DEFAULT_MAX_SPOUT_PENDING = 5000
 DEFAULT_MAX_FRAME_BYTES = 256 * 1024 * 1024
+DEFAULT_HANDSHAKE_SECS = 5.0
+"""A TLS handshake between two tasks takes milliseconds, even on a busy node."""
+DEFAULT_MAX_HANDSHAKES = 128
+"""Above every task of a large topology dialling one acker at the same moment."""
 """256 MiB: five times the largest tuple the tests send (50 MB), with room for a batch of large
 tuples, and still a bound a task's memory survives when a peer announces a huge frame."""
 _NAMESPACE = "rayflow."
@@ -96,6 +107,13 @@ class Config(BaseModel):
     max_frame_bytes: int = Field(DEFAULT_MAX_FRAME_BYTES, ge=1024, alias="rayflow.stream.max.frame.bytes")
     """The largest frame (one batch of tuples, pickled) a task accepts on a stream; a longer one
     closes the stream, and a sender drops a frame over it (its trees time out and replay)."""
+    handshake_secs: float = Field(DEFAULT_HANDSHAKE_SECS, gt=0, alias="rayflow.stream.handshake.secs")
+    """A connection that has not proven itself a task of this topology within this long is
+    closed; a sender that gets no answer in time counts its destination unreachable for now."""
+    max_handshakes: int = Field(DEFAULT_MAX_HANDSHAKES, ge=1, alias="rayflow.stream.max.handshakes")
+    """Handshakes one task lets run at once; a new connection over it evicts the oldest, so idle
+    connections cannot keep the topology's own tasks out, and a flood costs at most this many
+    half-open connections."""
     bind_host: str | None = Field(None, alias="rayflow.stream.bind.host")
     """The IP address task actors listen on. ``None``: the node's IP as Ray knows it. An address
     of every interface (``0.0.0.0``, ``::``) listens on all of them and still tells peers the

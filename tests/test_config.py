@@ -39,6 +39,8 @@ class TestStormKeys:
             ("topology.max.spout.pending", 100, "max_spout_pending"),
             ("topology.enable.message.timeouts", False, "enable_message_timeouts"),
             ("topology.debug", True, "debug"),
+            ("rayflow.stream.handshake.secs", 20.0, "handshake_secs"),
+            ("rayflow.stream.max.handshakes", 512, "max_handshakes"),
         ],
     )
     def test_dotted_alias(self, storm_key: str, value: Any, field: str):
@@ -86,6 +88,8 @@ class TestInvalid:
             ({"topology.max.spout.pending": 0}, "topology.max.spout.pending"),
             ({"enable_message_timeouts": "sometimes"}, "enable_message_timeouts"),
             ({"batch_size": 0}, "batch_size"),
+            ({"rayflow.stream.handshake.secs": 0}, "rayflow.stream.handshake.secs"),
+            ({"rayflow.stream.max.handshakes": 0}, "rayflow.stream.max.handshakes"),
         ],
     )
     def test_bad_value_names_the_field(self, conf: dict[str, Any], named: str):

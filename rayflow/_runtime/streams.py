@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._config import DEFAULT_MAX_FRAME_BYTES
+from .._config import DEFAULT_HANDSHAKE_SECS, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_HANDSHAKES
 from .._errors import RayflowError
 from .stream_keys import TaskKeys, peer_task
 
@@ -99,13 +99,6 @@ DATA_CREDITS = 4
 of the sender, for the CPU a word costs (measured in ``docs/performance.md``, *Design figures*)."""
 CREDIT_DELAY_SECS = 0.02
 """A partial group of data credits is sent at most this late."""
-HANDSHAKE_SECS = 5.0
-"""A stream that has not authenticated within this long is closed: a TLS handshake between two
-tasks takes milliseconds, even on a busy node."""
-MAX_HANDSHAKES = 128
-"""Handshakes one listener lets run at once. Above every task of a large topology dialling one
-acker at the same moment; what is over it evicts the oldest, so idle connections cannot keep a
-task's peers out, and a flood costs the listener at most this many half-open streams."""
 REFUSAL_LOG_SECS = 10.0
 """At most one warning per kind of refusal per this long; the rest are counted in the next."""
 
@@ -190,7 +183,7 @@ class Dialer:
         self._context = keys.client_context()
 
     async def open(
-        self, address: Address, dest: int, channel: int, handshake_secs: float = HANDSHAKE_SECS
+        self, address: Address, dest: int, channel: int, handshake_secs: float = DEFAULT_HANDSHAKE_SECS
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A stream to task ``dest`` listening at ``address``, on ``channel``; ``StreamRefused``
         when the listener is not that task of this topology or does not accept this one."""
@@ -239,8 +232,8 @@ class Listener:
         data_credits: int = 1,
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        max_handshakes: int = MAX_HANDSHAKES,
-        handshake_secs: float = HANDSHAKE_SECS,
+        max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
+        handshake_secs: float = DEFAULT_HANDSHAKE_SECS,
     ) -> None:
         self._task = keys.task
         self._topology = keys.topology_id

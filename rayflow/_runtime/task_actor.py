@@ -90,7 +90,14 @@ class TaskActor:
         that cannot be bound is a ``ListenError`` naming it."""
         conf = self._conf
         group = data_credit_group(conf.max_inflight_tuples, conf.max_inflight_batches, conf.batch_size)
-        self._listener = Listener(self._keys, self._deliver, group, max_frame_bytes=conf.max_frame_bytes)
+        self._listener = Listener(
+            self._keys,
+            self._deliver,
+            group,
+            max_frame_bytes=conf.max_frame_bytes,
+            max_handshakes=conf.max_handshakes,
+            handshake_secs=conf.handshake_secs,
+        )
         node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         host = conf.bind_host or node_ip
         try:
@@ -111,7 +118,12 @@ class TaskActor:
         context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
         conf = self._conf
         self._transport = StreamTransport(
-            addresses, self._keys, conf.max_inflight_tuples, conf.max_inflight_batches, conf.max_frame_bytes
+            addresses,
+            self._keys,
+            conf.max_inflight_tuples,
+            conf.max_inflight_batches,
+            conf.max_frame_bytes,
+            conf.handshake_secs,
         )
         for task in self._given_up:
             self._transport.give_up(task)

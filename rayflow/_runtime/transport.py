@@ -38,7 +38,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .._config import DEFAULT_MAX_FRAME_BYTES
+from .._config import DEFAULT_HANDSHAKE_SECS, DEFAULT_MAX_FRAME_BYTES
 from .stream_keys import TaskKeys
 from .streams import CONTROL, CREDIT, DATA, FRAME, Address, Dialer, RefusalLog, StreamViolation
 
@@ -46,8 +46,9 @@ __all__ = ["StreamTransport"]
 
 logger = logging.getLogger("rayflow")
 
-CONNECT_SECS = 10.0
-"""How long opening a stream may take before the destination counts as unreachable."""
+CONNECT_SECS = 5.0
+"""How long opening a stream may take beyond the handshake's own deadline
+(``rayflow.stream.handshake.secs``) before the destination counts as unreachable."""
 RETRY_SECS = 1.0
 """After a destination was found unreachable, sends to it are dropped for this long."""
 
@@ -108,6 +109,7 @@ class StreamTransport:
         max_tuples: int,
         max_frames: int,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        handshake_secs: float = DEFAULT_HANDSHAKE_SECS,
     ) -> None:
         self._addresses = dict(addresses)
         self._own_task = keys.task
@@ -115,6 +117,7 @@ class StreamTransport:
         self._max_tuples = max_tuples
         self._max_frames = max_frames
         self._max_frame_bytes = max_frame_bytes
+        self._handshake_secs = handshake_secs
         self._lanes: dict[tuple[int, int], _Lane] = {}
         self._given_up: set[int] = set()
         self.refusals = RefusalLog()
@@ -199,7 +202,10 @@ class StreamTransport:
 
     async def _connect(self, key: tuple[int, int], lane: _Lane) -> None:
         try:
-            reader, writer = await asyncio.wait_for(self._dialer.open(lane.address, key[0], key[1]), CONNECT_SECS)
+            reader, writer = await asyncio.wait_for(
+                self._dialer.open(lane.address, key[0], key[1], self._handshake_secs),
+                CONNECT_SECS + self._handshake_secs,
+            )
         except Exception as exc:
             self._down(key, lane, exc)
             return
