@@ -2,17 +2,20 @@
 Parquet, and what starting Spark costs. Not a test: run it on a quiet machine.
 
     python benchmarks/spark_sink.py [--rows N] [--batch-rows 10000 50000] [--sinks 1 2] [--json out.json]
-    python benchmarks/spark_sink.py --defaults [--rows N]
+    python benchmarks/spark_sink.py --defaults [--rows N] [--rounds 3]
 
 ``--defaults`` runs everything with its defaults (``Config()``, ``DataFrameSink(write_parquet(path))``)
-side by side in one run: a last bolt that only acks, the sink as committed at ``HEAD`` (its
-module loaded from git, so the comparison needs a checkout; being another class, it gets no
-sink defaults), and the sink of the working tree, whose topology's pending budget now follows
-its batches (``rayflow/spark/_pending.py``); the sink with ``max_spout_pending=5,000`` set by
-hand (as the defaults were); the sink with ``batch_rows=50,000`` (its budget follows); then what
-one batch costs inside the shared Spark: its DataFrame through pandas (as before) or as Arrow
-handed straight to Spark's JVM (now), with a no-op write and with ``write_parquet``. Every ratio
-is against the first ack-only run; the pending column is the budget per spout task the run had.
+side by side, interleaved over ``--rounds`` rounds, medians reported: a last bolt that only
+acks; ``write_parquet`` (an ``ArrowBatchWriter``: the sink task writes its batches with pyarrow,
+no Spark job); the same with ``batch_rows=50,000``; and a user's own ``foreach_batch`` that
+writes Parquet through Spark (``df.write.parquet``: a DataFrame and a Spark job per batch), with
+the default batches and with ``batch_rows=50,000``.
+Each ratio is against the ack-only run of its round; the pending column is the budget per spout
+task the run had (``rayflow/spark/_pending.py``). Then what one batch of 5,000 rows costs: inside
+the shared Spark, its DataFrame through pandas or as Arrow handed to Spark's JVM (without a job,
+with a no-op write, with ``write_parquet``); from this process, the sink's Ray call to the shared
+Spark with a ``foreach_batch`` that does nothing, and ``write_arrow`` without Spark. The shared
+Spark runs (idle) during every run, as it must for the last of them.
 
 A spout emits ``--rows`` tracked rows ``(id, word, value)`` as fast as it may; they go, shuffled,
 to the sink tasks. Each configuration is submitted inactive and timed from ``activate`` to the
@@ -29,11 +32,9 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -106,41 +107,18 @@ def run(rows: int, sink: Any, sinks: int, conf: Config | None = None) -> dict[st
     }
 
 
-def sink_at_head() -> Any:
-    """``DataFrameSink`` as committed at ``HEAD``: its module's source from git, its relative
-    imports made absolute, pickled by value so that the topology's tasks run this copy."""
-    import ray.cloudpickle
-
-    root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(
-        ["git", "-C", str(root), "show", "HEAD:rayflow/spark/_sink.py"], capture_output=True, text=True, check=True
-    ).stdout
-    source = source.replace("from .._", "from rayflow._").replace("from ._", "from rayflow.spark._")
-    module = types.ModuleType("rayflow_sink_at_head")
-    sys.modules[module.__name__] = module
-    exec(compile(source, "HEAD:rayflow/spark/_sink.py", "exec"), module.__dict__)
-    ray.cloudpickle.register_pickle_by_value(module)
-    return module.DataFrameSink
-
-
 def dataframe_costs(spark: Any, rows: int, repeats: int) -> dict[str, float]:
     """Median seconds to build a DataFrame of ``rows`` benchmark rows and run a no-op write on it,
     through pandas (``createDataFrame(table.to_pandas())``, the sink before) and through
     ``to_spark_dataframe`` (Arrow straight to the JVM)."""
-    import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from rayflow.spark._arrow import to_spark_dataframe
 
-    table = pa.table(
-        {
-            "id": list(range(rows)),
-            "word": [WORDS[i % len(WORDS)] for i in range(rows)],
-            "value": [i * 0.5 for i in range(rows)],
-        }
-    )
+    table = benchmark_table(rows)
     scratch = Path(tempfile.mkdtemp(prefix="rayflow-spark-bench-costs-"))
     ways = {
+        "arrow -> DataFrame, no job": lambda i: to_spark_dataframe(spark, table),
         "pandas + noop": lambda i: noop_write(
             spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(table.schema)), i
         ),
@@ -159,40 +137,107 @@ def dataframe_costs(spark: Any, rows: int, repeats: int) -> dict[str, float]:
     return costs
 
 
-def defaults(rows: int, out: Path) -> dict[str, Any]:
-    """Everything at its defaults, side by side: ack only, the sink at HEAD, the sink now."""
+def spark_write(df: Any, batch_id: int) -> None:
+    """A user's own ``foreach_batch``: Spark writes the batch (a DataFrame) as Parquet. The
+    sink hands it a DataFrame through the shared Spark, a Spark job per batch."""
+    df.write.mode("overwrite").parquet(f"{SPARK_WRITE_ROOT}/batch_id={batch_id}")
+
+
+SPARK_WRITE_ROOT = tempfile.gettempdir() + "/rayflow-spark-bench-user"
+
+
+def defaults(rows: int, out: Path, rounds: int) -> dict[str, Any]:
+    """Everything at its defaults, side by side, interleaved over ``rounds`` rounds: a last bolt
+    that only acks, ``DataFrameSink(write_parquet(p))`` (written by the sink task with pyarrow),
+    the same with ``batch_rows=50_000``, and a user's ``foreach_batch`` that writes Parquet
+    through Spark (with the default and with 50,000-row batches). Each ratio is against the
+    ack-only run of its round; medians over rounds."""
     from rayflow.spark import run_in_spark
 
-    results: dict[str, Any] = {"rows": rows, "runs": []}
-    before = sink_at_head()
-    plan: list[tuple[str, Any, Config]] = [
-        ("ack only", Ack(), Config()),
-        ("sink at HEAD", before(write_parquet(out / "head")), Config()),
-        ("sink now", DataFrameSink(write_parquet(out / "now")), Config()),
-        ("sink now, pending 5k set", DataFrameSink(write_parquet(out / "set")), Config(max_spout_pending=5_000)),
-        ("sink now, batch_rows 50k", DataFrameSink(write_parquet(out / "50k"), batch_rows=50_000), Config()),
-        ("ack only, again", Ack(), Config()),
+    plan: list[tuple[str, Any]] = [
+        ("ack only", lambda i: Ack()),
+        ("write_parquet, defaults", lambda i: DataFrameSink(write_parquet(out / f"defaults-{i}"))),
+        ("write_parquet, batch 50k", lambda i: DataFrameSink(write_parquet(out / f"50k-{i}"), batch_rows=50_000)),
+        ("user fn via Spark", lambda i: DataFrameSink(spark_write)),
+        ("user fn via Spark, 50k", lambda i: DataFrameSink(spark_write, batch_rows=50_000)),
     ]
-    print(f"{'last bolt':<26} {'pending':>8} {'secs':>7} {'rows/s':>9} {'ratio':>6} {'replayed':>8} {'p50 ms':>8}")
-    base = 0
-    for name, sink, conf in plan:
-        result = run(rows, sink, 1, conf)
-        base = base or result["rows_per_sec"]  # every run against the first, ack-only, one
-        result["ratio"] = round(result["rows_per_sec"] / base, 3)
-        results["runs"].append({"last_bolt": name, **result})
-        print(
-            f"{name:<26} {result['max_spout_pending']:>8,} {result['secs']:>7} {result['rows_per_sec']:>9,} "
-            f"{result['ratio']:>6} {result['replayed']:>8} {result['complete_latency_p50_ms']:>8,}",
-            flush=True,
-        )
+    results: dict[str, Any] = {"rows": rows, "rounds": rounds, "runs": []}
+    print(f"{'round':>5} {'last bolt':<26} {'pending':>8} {'secs':>7} {'rows/s':>9} {'ratio':>6} {'replayed':>8}")
+    for i in range(rounds):
+        base = 0
+        for name, make in plan:
+            result = run(rows, make(i), 1, Config())
+            base = base or result["rows_per_sec"]  # the round's ack-only run
+            result["ratio"] = round(result["rows_per_sec"] / base, 3)
+            results["runs"].append({"round": i, "last_bolt": name, **result})
+            print(
+                f"{i:>5} {name:<26} {result['max_spout_pending']:>8,} {result['secs']:>7} "
+                f"{result['rows_per_sec']:>9,} {result['ratio']:>6} {result['replayed']:>8}",
+                flush=True,
+            )
+    print(f"median of {rounds} rounds:")
+    results["medians"] = {}
+    for name, _ in plan:
+        runs = [r for r in results["runs"] if r["last_bolt"] == name]
+        median = {
+            "rows_per_sec": round(statistics.median(r["rows_per_sec"] for r in runs)),
+            "ratio": round(statistics.median(r["ratio"] for r in runs), 3),
+        }
+        results["medians"][name] = median
+        print(f"      {name:<26} {median['rows_per_sec']:>9,} rows/s  {median['ratio']:>6}x of ack only", flush=True)
     costs = run_in_spark(dataframe_costs, 5_000, 7)
-    results["dataframe_5000_rows_secs"] = {name: round(secs, 4) for name, secs in costs.items()}
+    costs.update(batch_costs(5_000, 7))
+    results["batch_5000_rows_secs"] = {name: round(secs, 4) for name, secs in costs.items()}
     print(
-        "one batch of 5,000 rows inside the shared Spark, median of 7: "
-        + ", ".join(f"{name} {secs * 1000:.0f} ms" for name, secs in costs.items()),
+        "one batch of 5,000 rows, median of 7: "
+        + ", ".join(f"{name} {secs * 1000:.1f} ms" for name, secs in costs.items()),
         flush=True,
     )
     return results
+
+
+def benchmark_table(rows: int) -> Any:
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "id": list(range(rows)),
+            "word": [WORDS[i % len(WORDS)] for i in range(rows)],
+            "value": [i * 0.5 for i in range(rows)],
+        }
+    )
+
+
+def nothing(df: Any, batch_id: int) -> None:
+    """A ``foreach_batch`` that does nothing with its DataFrame."""
+
+
+def batch_costs(rows: int, repeats: int) -> dict[str, float]:
+    """Median seconds, seen from this process, of one batch of ``rows`` benchmark rows: the sink's
+    Ray call to the shared Spark with a ``foreach_batch`` that does nothing (the call, the table's
+    trip and the DataFrame), and ``write_parquet``'s ``write_arrow`` here, without Spark."""
+    import ray
+
+    from rayflow.spark._shared import shared_spark
+
+    table = benchmark_table(rows)
+    handle = shared_spark()
+    scratch = Path(tempfile.mkdtemp(prefix="rayflow-spark-bench-arrow-"))
+    writer = write_parquet(scratch)
+    ways = {
+        "Ray call + DataFrame, no job": lambda i: ray.get(handle.foreach_batch.remote(nothing, table, i)),
+        "write_arrow (pyarrow, no Spark)": lambda i: writer.write_arrow(table, i),
+    }
+    costs = {}
+    for name, way in ways.items():
+        times = []
+        for i in range(repeats):
+            started = time.perf_counter()
+            way(i)
+            times.append(time.perf_counter() - started)
+        costs[name] = statistics.median(times)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return costs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rows", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--sinks", type=int, nargs="+", default=[1, 2], help="sink tasks")
     parser.add_argument("--driver-session", action="store_true", help="also time spark_session() in this process")
-    parser.add_argument("--defaults", action="store_true", help="all defaults: ack only, the sink at HEAD, now")
+    parser.add_argument(
+        "--defaults", action="store_true", help="all defaults: ack only, write_parquet, a user's function through Spark"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--defaults: interleaved rounds (medians reported)")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
 
@@ -213,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         results["shared_spark_start_secs"] = round(time.perf_counter() - started, 1)
         print(f"shared Spark start (raydp + warm-up write): {results['shared_spark_start_secs']} s", flush=True)
         if args.defaults:
-            results = {**results, **defaults(args.rows, out)}
+            results = {**results, **defaults(args.rows, out, args.rounds)}
+            shutil.rmtree(SPARK_WRITE_ROOT, ignore_errors=True)
             stop_spark()
             shutil.rmtree(out, ignore_errors=True)
             if args.json:

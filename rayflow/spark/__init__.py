@@ -6,7 +6,8 @@ How the modules stack, bottom up:
                              Arrow -> Spark), parquet (``write_parquet``)
     Spark in a process       scratch (what a Spark start leaves on disk, removed at its stop),
                              session (raydp settings for Java 17; ``spark_session``, ``stop_spark``)
-    Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use)
+    Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use),
+                             batch_ids (one counter of sink batch ids, without Spark)
     components               sink (``DataFrameSink``), spout (``DataFrameSpout``), pending (the
                              spouts' pending budget a topology with a sink gets by default)
 

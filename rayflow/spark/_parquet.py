@@ -11,6 +11,13 @@ for batches queued behind a running write): Spark writes them partitioned by ``b
 one staging directory, and each ``batch_id=N`` is then renamed into place as a single batch
 would be. A Spark job costs about as much for a few rows as for many, so this is the difference
 between a job per batch and a job per write.
+
+A ``DataFrameSink`` does not need Spark for it at all: ``write_parquet`` is an
+``ArrowBatchWriter``, so the sink hands it the batch's Arrow table (``write_arrow``), which
+pyarrow writes in the sink task through the same staging-then-rename path, as Spark would lay
+it out (one snappy ``part-*.parquet`` file and ``_SUCCESS`` per ``batch_id=N``), for the column
+types Spark reads back as Spark would have written them (``ARROW_WRITABLE``). A batch with
+another type (timestamps, decimals, nested) still goes to Spark.
 """
 
 from __future__ import annotations
@@ -19,12 +26,48 @@ import functools
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["ParquetBatchWriter", "write_parquet"]
+__all__ = ["ArrowBatchWriter", "ParquetBatchWriter", "arrow_writable", "write_parquet"]
+
+
+@runtime_checkable
+class ArrowBatchWriter(Protocol):
+    """A ``foreach_batch`` that can also take a batch as an Arrow table, without Spark.
+
+    ``DataFrameSink`` calls ``write_arrow(table, batch_id)`` instead of ``writer(df, batch_id)``
+    for a batch whose column types all pass ``arrow_writable``, on a thread of the sink task, one
+    batch at a time, in order. The contract is the one of ``foreach_batch``: the batch's tuples
+    are acked once it returned and failed (replayed) if it raised, so it must be idempotent per
+    ``batch_id``, and what it writes must read back as what ``writer(df, batch_id)`` would
+    have written."""
+
+    def __call__(self, df: DataFrame, batch_id: int) -> Any: ...
+
+    def write_arrow(self, table: pa.Table, batch_id: int) -> Any: ...
+
+
+def arrow_writable(schema: pa.Schema) -> bool:
+    """Every column of ``schema`` is of a type that Spark reads back from a Parquet file written
+    by pyarrow as the type Spark gives it when it writes the column itself: signed integers,
+    floats, booleans, strings, bytes and dates. (Timestamps differ in time zone handling and
+    unsigned integers have no Spark type; those batches go through Spark.)"""
+    import pyarrow as pa
+
+    plain = (
+        pa.types.is_signed_integer,
+        pa.types.is_float32,
+        pa.types.is_float64,
+        pa.types.is_boolean,
+        pa.types.is_string,
+        pa.types.is_binary,
+        pa.types.is_date32,
+    )
+    return all(any(kind(t) for kind in plain) for t in schema.types)
 
 
 def write_parquet(path: str | os.PathLike[str]) -> ParquetBatchWriter:
@@ -52,6 +95,23 @@ class ParquetBatchWriter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.write(batch_id, lambda target: df.write.mode("overwrite").parquet(target))
+
+    def write_arrow(self, table: pa.Table, batch_id: int) -> None:
+        """Write ``table`` as batch ``batch_id`` with pyarrow, where and how ``self(df, batch_id)``
+        would: one snappy-compressed ``part-*.parquet`` file and an empty ``_SUCCESS`` in
+        ``batch_id=N``, put in place atomically. For tables whose types pass ``arrow_writable``."""
+        import pyarrow.parquet as pq
+        from pyarrow import fs as pafs
+
+        def produce(directory: str) -> None:
+            filesystem, root = pafs.FileSystem.from_uri(directory)
+            filesystem.create_dir(root, recursive=True)
+            name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            pq.write_table(table, f"{root}/{name}", filesystem=filesystem, compression="snappy")
+            with filesystem.open_output_stream(f"{root}/_SUCCESS"):
+                pass
+
+        self.write(batch_id, produce)
 
     def write_together(self, batches: Sequence[tuple[DataFrame, int]]) -> None:
         """Write every ``(df, batch_id)`` of ``batches`` (DataFrames of one schema, without a

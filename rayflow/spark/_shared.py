@@ -13,12 +13,16 @@ end of the Ray cluster) stops it. Calls run on threads, batches at most one per 
 at a time, so with several cores a ``foreach_batch`` runs concurrently with itself (on
 different batches) and must be safe to.
 
-Batches for ``write_parquet`` that queue behind a running write go together: the next call to
-get an executor core writes every batch waiting for the same path (and schema) in one Spark job
-(``ParquetBatchWriter.write_together``), and each call returns once its batch is in place, or
-raises what that job raised. A job costs about as much for a few rows as for many; so the rows
-that arrive during a write are written by the next job, as in Structured Streaming, while every
-batch keeps its own ``batch_id`` and directory.
+``write_parquet`` batches come here only when a column has a type pyarrow cannot write as
+Spark would (``arrow_writable``); the others the sink task writes itself
+(``ParquetBatchWriter.write_arrow``), and batch ids come from their own counter
+(``batch_ids.py``), so a topology whose sinks only write Parquet never starts Spark. Batches
+for ``write_parquet`` that do come here and queue behind a running write go together: the next
+call to get an executor core writes every batch waiting for the same path (and schema) in one
+Spark job (``ParquetBatchWriter.write_together``), and each call returns once its batch is in
+place, or raises what that job raised. A job costs about as much for a few rows as for many; so
+the rows that arrive during a write are written by the next job, as in Structured Streaming,
+while every batch keeps its own ``batch_id`` and directory.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import logging
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -94,8 +97,6 @@ class SharedSpark:
         self._error: Exception | None = None
         self._spark: SparkSession | None = None
         self._batch_slots = threading.BoundedSemaphore(settings.executors * settings.cores)
-        self._ids_lock = threading.Lock()
-        self._next_id = time.time_ns() // 1000
         self._waiting_lock = threading.Lock()
         self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
         self._job_groups: dict[int, str] = {}
@@ -121,17 +122,6 @@ class SharedSpark:
             to_spark_dataframe(self._session(), pa.table({"x": [1]})).write.mode("overwrite").parquet(scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-
-    def claim_batch_ids(self, count: int) -> int:
-        """The first of ``count`` batch ids no one else has been given: one counter for every
-        sink task, so that a task restarted (on any node, whatever its clock) never reuses one.
-        It starts, with this actor, from the time in microseconds, above any id handed out by an
-        earlier shared Spark unless this node's clock is behind that one's by more than the time
-        between them."""
-        with self._ids_lock:
-            first = self._next_id
-            self._next_id += count
-        return first
 
     def startup_error(self) -> Exception | None:
         return self._error

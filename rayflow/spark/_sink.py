@@ -4,7 +4,13 @@ A sink task gathers tuples into batches (``Batcher``: by rows, and by age on tic
 each into an Arrow table (``TableBuilder``) and sends it to the shared Spark (``shared.py``),
 where ``foreach_batch(df, batch_id)`` runs. It does not wait for the call: the batch's tuples
 are held and acked when the call has returned, or failed if it raised -- checked on every tuple
-and every tick -- so a Spark job of several seconds never stalls the task's event loop. At most
+and every tick -- so a Spark job of several seconds never stalls the task's event loop.
+
+A ``foreach_batch`` that can take the Arrow table itself (an ``ArrowBatchWriter``, as
+``write_parquet`` is) is handed it on a thread of the sink task, with the same contract: no Ray
+call, no DataFrame, no Spark job -- those cost a few hundred milliseconds a batch whatever its
+rows, writing 10,000 rows with pyarrow a few -- and no Spark started unless a batch has a
+column type the writer cannot take (``arrow_writable``); such a batch goes to Spark as any other. At most
 ``MAX_INFLIGHT`` batches of a task are in Spark at once (``MAX_INFLIGHT_TOGETHER`` for
 ``write_parquet``, whose queued batches the shared Spark writes together in one job); sealed
 batches queue behind them, and the spouts' ``max_spout_pending`` bounds how many tuples that can be.
@@ -30,7 +36,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
     from .._context import TopologyContext
     from .._tuple import Tuple
     from ._arrow import TableBuilder
+    from ._parquet import ArrowBatchWriter
 
 __all__ = ["Batch", "Batcher", "DataFrameSink", "ForeachBatchError", "resolve_function"]
 
@@ -137,6 +144,8 @@ class _InFlight:
     tuples: list[Tuple]
     result: Future[Any]
     sent: float
+    local: bool = False
+    """Written on the task's own thread (``write_arrow``), not in Spark."""
 
 
 class DataFrameSink(Bolt):
@@ -160,16 +169,23 @@ class DataFrameSink(Bolt):
       topology carries on. So a batch is written at least once: make ``foreach_batch``
       idempotent per ``batch_id`` (``write_parquet`` is) and de-duplicate downstream by a key.
     - ``batch_id`` increases within a task's run and is unique across the sink's tasks and
-      across restarts of a task: tasks claim blocks of ids from one counter in the shared Spark,
-      not from their clocks, so that tasks writing to one place never overwrite each other's
-      batches, whatever the clocks of the nodes they are restarted on.
+      across restarts of a task: tasks claim blocks of ids from one counter for the cluster
+      (a small Ray actor, not Spark), not from their clocks, so that tasks writing to one
+      place never overwrite each other's batches, whatever the clocks of the nodes they are
+      restarted on.
     - Column types are inferred from the first batch with a value for the field, or declared
       with ``schema`` (``{"count": "int64"}`` or a ``pyarrow.Schema``). A value that does not fit
       its column fails its tuple, with a ``SchemaMismatchError`` naming the field; the rest of
       the batch is written.
+    - A ``foreach_batch`` that can take a batch as an Arrow table (``write_arrow(table,
+      batch_id)``: an ``ArrowBatchWriter``, as ``write_parquet`` is) is handed the table on a
+      thread of the sink task, one batch at a time, without Spark -- unless a column has a type
+      it cannot take (timestamps, decimals, nested; see ``arrow_writable``): that batch goes to
+      Spark. Acked after it returned, failed if it raised, as for any ``foreach_batch``.
     - ``foreach_batch`` is a function or its dotted import path (``"package.module.function"``,
       for topology files); it must be importable or picklable, as it runs in another process.
-    - The shared Spark starts when the first sink task starts (``prepare`` waits for it, ~25 s);
+    - The shared Spark starts when the first sink task starts (``prepare`` waits for it, ~25 s),
+      or for an ``ArrowBatchWriter``, when a batch first needs it (that batch waits for it);
       the topology config's ``spark.*`` keys configure it: ``spark.executor.instances``,
       ``spark.executor.cores`` and ``spark.executor.memory`` (default 1, 1, ``1g``) size it, the
       others go to Spark as they are. If it already runs, it is used as it is. It runs beside a
@@ -212,10 +228,11 @@ class DataFrameSink(Bolt):
         if isinstance(batch_secs, bool) or not isinstance(batch_secs, (int, float)) or batch_secs <= 0:
             raise ConfigError(f"DataFrameSink: batch_secs must be a number of seconds > 0, got {batch_secs!r}")
         from ._arrow import parse_schema
-        from ._parquet import ParquetBatchWriter
+        from ._parquet import ArrowBatchWriter, ParquetBatchWriter
 
         self.foreach_batch = foreach_batch
         self._together = isinstance(function, ParquetBatchWriter)  # the shared Spark writes its queue together
+        self._arrow = isinstance(function, ArrowBatchWriter)
         self.batch_rows = batch_rows
         self.batch_secs = float(batch_secs)
         self.schema = parse_schema(schema)
@@ -245,6 +262,15 @@ class DataFrameSink(Bolt):
         self._inflight: list[_InFlight] = []
         self._max_inflight = self.max_inflight
         self._ids = range(0)
+        self._writer: ArrowBatchWriter | None = None
+        if self._arrow:  # resolved here too: a dotted path names it
+            writer = self.foreach_batch
+            self._writer = resolve_function(writer) if isinstance(writer, str) else writer  # type: ignore[assignment]
+        self._writing: ThreadPoolExecutor | None = None
+        self._landed = False
+        """A batch's call has returned since results were last looked at (set by the call's
+        future, on whatever thread completes it): so every tuple costs a look at one flag, not
+        at every batch in flight; ticks look for overdue batches too."""
         timeout = conf.get("message_timeout_secs")
         if timeout and self.batch_secs >= timeout / 2:
             logger.warning(
@@ -260,12 +286,20 @@ class DataFrameSink(Bolt):
         self._retry_at = 0.0
         self._retry_wait = RETRY_SECS
         self._held_reset_at = 0.0
-        self._connect()  # waits until Spark is up (~25 s the first time)
+        self._claim_ids()  # here, not in the first batch: the counter may start (~1 s)
+        if not self._arrow:
+            self._connect()  # waits until Spark is up (~25 s the first time)
+
+    def cleanup(self) -> None:
+        if self._writing is not None:
+            self._writing.shutdown(wait=False)
 
     def execute(self, tup: Tuple) -> None:
         now = time.monotonic()
-        self._collect(now)
-        if tup.is_tick():  # untracked: nothing to ack
+        tick = tup.is_tick()
+        if self._landed or (tick and self._inflight):
+            self._collect(now)
+        if tick:  # untracked: nothing to ack
             self._sealed.extend(self._batcher.due(now))
         else:
             full = self._batcher.add(tup, now)
@@ -278,21 +312,38 @@ class DataFrameSink(Bolt):
 
     # -- batches to Spark and back -------------------------------------------------------------
     def _submit(self, now: float) -> None:
-        if self._spark is None and (now < self._retry_at or not self._connect()):
-            self._hold(now)
-            return
+        from ._parquet import arrow_writable
+
         while self._sealed and len(self._inflight) < self._max_inflight:
             batch = self._sealed.popleft()
             table, tuples = self._table(batch)
             if table is None:
                 continue
-            entry = _InFlight(self._next_batch_id(), batch, tuples, Future(), now)
+            writer = self._writer if self._writer is not None and arrow_writable(table.schema) else None
+            if writer is None and self._spark is None and (now < self._retry_at or not self._connect()):
+                self._sealed.appendleft(Batch(batch.fields, batch.opened, tuples))  # its rejects are failed
+                self._hold(now)
+                return
+            entry = _InFlight(self._next_batch_id(), batch, tuples, Future(), now, writer is not None)
             try:
-                ref = self._spark.foreach_batch.remote(self.foreach_batch, table, entry.batch_id)
-                entry.result = ref.future()
+                if writer is not None:
+                    entry.result = self._thread().submit(writer.write_arrow, table, entry.batch_id)
+                else:
+                    entry.result = self._spark.foreach_batch.remote(self.foreach_batch, table, entry.batch_id).future()
             except Exception as exc:  # could not even hand it over: fail it like a failed call
                 entry.result.set_exception(exc)
+            entry.result.add_done_callback(self._on_done)
             self._inflight.append(entry)
+
+    def _on_done(self, _: Future[Any]) -> None:
+        self._landed = True
+
+    def _thread(self) -> ThreadPoolExecutor:
+        """The thread ``write_arrow`` runs on: one, so that a task's batches are written in order
+        and a write never competes with the next one."""
+        if self._writing is None:
+            self._writing = ThreadPoolExecutor(1, thread_name_prefix=f"rayflow-sink-{self._name}")
+        return self._writing
 
     def _connect(self) -> bool:
         """Reach the shared Spark, starting it if need be; if it cannot start, say why and when
@@ -301,8 +352,6 @@ class DataFrameSink(Bolt):
 
         try:
             self._spark = shared_spark(self._settings)
-            if not self._ids:
-                self._claim_ids()
         except SparkUnavailableError as exc:
             self._spark_unavailable(exc)
             return False
@@ -345,7 +394,9 @@ class DataFrameSink(Bolt):
         return batch_id
 
     def _claim_ids(self) -> None:
-        first: int = self._spark.claim_batch_ids.remote(BATCH_ID_BLOCK).future().result()
+        from ._batch_ids import batch_id_counter
+
+        first: int = batch_id_counter().claim_batch_ids.remote(BATCH_ID_BLOCK).future().result()
         self._ids = range(first, first + BATCH_ID_BLOCK)
 
     def _table(self, batch: Batch) -> tuple[pa.Table | None, list[Tuple]]:
@@ -367,6 +418,7 @@ class DataFrameSink(Bolt):
         """Ack the tuples of every batch whose ``foreach_batch`` returned, fail those that raised
         or have not returned within the deadline; a batch that found Spark unavailable is held
         again, in order, not failed."""
+        self._landed = False  # before looking: a call returning meanwhile sets it again
         inflight = self._inflight
         if not inflight or not any(entry.result.done() or self._overdue(entry, now) for entry in inflight):
             return
@@ -412,7 +464,7 @@ class DataFrameSink(Bolt):
                 "message_timeout_secs"
             )
         )
-        if self._spark is not None:
+        if self._spark is not None and not entry.local:
             self._spark.cancel_batch.remote(entry.batch_id)
 
     def _describe(self, error: BaseException, entry: _InFlight) -> ForeachBatchError:

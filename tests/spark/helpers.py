@@ -87,3 +87,41 @@ def write_together(spark: Any, path: str, batches: dict[int, list[int]]) -> None
 
     frames = [(spark.createDataFrame([(x,) for x in xs], "x long"), batch_id) for batch_id, xs in batches.items()]
     ParquetBatchWriter(path).write_together(frames)
+
+
+def written_both_ways(spark: Any, path: str, batch_id: int) -> dict[str, Any]:
+    """A table of every column type ``arrow_writable`` admits (with nulls), written as batch
+    ``batch_id`` by Spark (``write_parquet(path/spark)(df, batch_id)``) and by pyarrow
+    (``write_parquet(path/arrow).write_arrow``); what ``spark.read.parquet`` gives of each."""
+    import datetime
+
+    import pyarrow as pa
+
+    from rayflow.spark._arrow import to_spark_dataframe
+    from rayflow.spark._parquet import arrow_writable
+
+    table = pa.table(
+        {
+            "i64": pa.array([1, None, -(2**40)], pa.int64()),
+            "i32": pa.array([1, 2, None], pa.int32()),
+            "i16": pa.array([1, None, 3], pa.int16()),
+            "i8": pa.array([None, 2, 3], pa.int8()),
+            "f64": pa.array([0.5, None, float("inf")], pa.float64()),
+            "f32": pa.array([1.5, 2.5, None], pa.float32()),
+            "flag": pa.array([True, None, False], pa.bool_()),
+            "text": pa.array(["a", None, "ü"], pa.string()),
+            "raw": pa.array([b"\x00", b"", None], pa.binary()),
+            "day": pa.array([datetime.date(2026, 11, 25), None, datetime.date(1970, 1, 1)], pa.date32()),
+        }
+    )
+    assert arrow_writable(table.schema)
+    write_parquet(f"{path}/spark")(to_spark_dataframe(spark, table), batch_id)
+    write_parquet(f"{path}/arrow").write_arrow(table, batch_id)
+    read = {}
+    for way in ("spark", "arrow"):
+        frame = spark.read.parquet(f"{path}/{way}")
+        read[way] = {
+            "schema": frame.schema.jsonValue(),
+            "rows": sorted((tuple(row) for row in frame.collect()), key=repr),
+        }
+    return read

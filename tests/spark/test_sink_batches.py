@@ -4,12 +4,16 @@ what the sink does while Spark cannot start."""
 
 from __future__ import annotations
 
+import os
+import threading
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pyarrow")
+import pyarrow.dataset as pds  # noqa: E402
 
 from rayflow import ConfigError, Spout, TopologyBuilder  # noqa: E402
 from rayflow._executors.bolt import MAX_TIMED  # noqa: E402
@@ -20,8 +24,10 @@ from rayflow.spark import (  # noqa: E402
     SparkUnavailableError,
     write_parquet,
 )
+from rayflow.spark import _batch_ids as batch_ids_module  # noqa: E402
 from rayflow.spark import _shared as shared_module  # noqa: E402
 from rayflow.spark import _sink as sink_module  # noqa: E402
+from rayflow.spark._parquet import ParquetBatchWriter  # noqa: E402
 from rayflow.spark._shared import root_cause  # noqa: E402
 from rayflow.spark._sink import (  # noqa: E402
     BATCH_ID_BLOCK,
@@ -33,6 +39,7 @@ from rayflow.spark._sink import (  # noqa: E402
     Batcher,
 )
 from rayflow.testing import InProcessTopology  # noqa: E402
+from tests.conftest import eventually  # noqa: E402
 
 
 class Row:
@@ -51,6 +58,11 @@ class Row:
 
 
 TICK = Row(0.5, fields=("rate_secs",), tick=True)
+
+
+def timed(word: str, n: int) -> Row:
+    """A row with a timestamp column, which ``write_parquet`` leaves to Spark (``arrow_writable``)."""
+    return Row(word, n, datetime(2026, 11, 25, 12, 0, n), fields=("word", "n", "at"))
 
 
 class Collector:
@@ -90,8 +102,8 @@ def ref(future: Future[Any]) -> Any:
 
 class FakeSpark:
     """Stands for the shared Spark's handle: ``foreach_batch.remote(...)`` records the call and
-    returns a result the test completes; ``claim_batch_ids.remote(n)`` counts as the shared
-    Spark does, from ``first_id``."""
+    returns a result the test completes; and for the batch id counter's: ``claim_batch_ids.remote(n)``
+    counts as it does, from ``first_id``."""
 
     def __init__(self, first_id: int = 1_000, *, returns_at_once: bool = False) -> None:
         self.returns_at_once = returns_at_once
@@ -145,6 +157,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def spark(monkeypatch: pytest.MonkeyPatch) -> FakeSpark:
     fake = FakeSpark()
     monkeypatch.setattr(shared_module, "shared_spark", lambda *args, **kwargs: fake)
+    monkeypatch.setattr(batch_ids_module, "batch_id_counter", lambda: fake)
     return fake
 
 
@@ -259,19 +272,20 @@ class TestDataFrameSink:
     ) -> None:
         """What waits behind a write goes with the next Spark job (the shared Spark writes it
         together), so a ``write_parquet`` sink sends a batch that has not filled only when none
-        of its batches is in Spark, and queues more full ones behind a running write."""
+        of its batches is in Spark, and queues more full ones behind a running write. (Batches
+        with a timestamp column: those go to Spark; the others the task writes itself.)"""
         sink = DataFrameSink(write_parquet(tmp_path), batch_rows=2)
         collector = prepared(sink)
-        sink.execute(Row("a", 0))
+        sink.execute(timed("a", 0))
         clock.now += 2 * LINGER_SECS
         sink.execute(TICK)  # Spark idle: the lone row goes
         assert len(spark.calls) == 1
-        sink.execute(Row("b", 1))
+        sink.execute(timed("b", 1))
         clock.now += 2 * LINGER_SECS
         sink.execute(TICK)
         assert len(spark.calls) == 1  # a write runs: the batch grows instead
         for n in range(2, 2 + 2 * MAX_INFLIGHT_TOGETHER):
-            sink.execute(Row("c", n))
+            sink.execute(timed("c", n))
         assert len(spark.calls) == MAX_INFLIGHT_TOGETHER  # full batches queue behind the write
         assert [table.num_rows for _, table, _ in spark.calls] == [1] + [2] * (MAX_INFLIGHT_TOGETHER - 1)
         spark.finish(0)
@@ -375,6 +389,115 @@ class Numbers(Spout):
 
     def ack(self, msg_id: Any) -> None:
         self.acked.append(msg_id)
+
+
+class ParkedWriter(ParquetBatchWriter):
+    """``write_parquet(path)`` whose ``write_arrow`` waits for ``go`` and raises ``error`` if set."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.go = threading.Event()
+        self.error: BaseException | None = None
+        self.written: list[int] = []
+
+    def write_arrow(self, table: Any, batch_id: int) -> None:
+        assert self.go.wait(30), "the test never let the write go"
+        if self.error is not None:
+            raise self.error
+        super().write_arrow(table, batch_id)
+        self.written.append(batch_id)
+
+
+class TestArrowWriter:
+    """``write_parquet`` is an ``ArrowBatchWriter``: the sink task writes its batches with pyarrow
+    on a thread of its own, with the contract of any ``foreach_batch``, and never starts Spark for
+    them; a batch with a column type pyarrow cannot write as Spark would still goes to Spark."""
+
+    @pytest.fixture
+    def no_spark(self, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+        """Every attempt to reach the shared Spark, recorded; it gives a ``FakeSpark``."""
+        attempts: list[Any] = []
+
+        def shared_spark(*args: Any, **kwargs: Any) -> Any:
+            attempts.append(FakeSpark())
+            return attempts[-1]
+
+        monkeypatch.setattr(shared_module, "shared_spark", shared_spark)
+        return attempts
+
+    def test_tuples_are_acked_only_once_the_write_returned(
+        self, no_spark: list[Any], clock: Clock, tmp_path: Any
+    ) -> None:
+        writer = ParkedWriter(str(tmp_path))
+        sink = DataFrameSink(writer, batch_rows=2)
+        collector = prepared(sink)
+        rows = [Row("a", 1), Row("b", 2)]
+        for row in rows:
+            sink.execute(row)
+        sink.execute(TICK)
+        assert collector.acked == [] and writer.written == []
+        writer.go.set()
+
+        def acked() -> bool:
+            sink.execute(TICK)
+            return collector.acked == rows
+
+        assert eventually(acked) and collector.failed == [] and collector.errors == []
+        assert no_spark == []  # neither prepare nor the batch started Spark
+
+    def test_a_raising_write_fails_the_batch_and_is_reported(
+        self, no_spark: list[Any], clock: Clock, tmp_path: Any
+    ) -> None:
+        writer = ParkedWriter(str(tmp_path))
+        writer.error = OSError("disk full")
+        writer.go.set()
+        sink = DataFrameSink(writer, batch_rows=2)
+        collector = prepared(sink)
+        rows = [Row("a", 1), Row("b", 2)]
+        for row in rows:
+            sink.execute(row)
+
+        def failed() -> bool:
+            sink.execute(TICK)
+            return collector.failed == rows
+
+        assert eventually(failed) and collector.acked == []
+        [error] = collector.errors
+        assert isinstance(error, ForeachBatchError) and "OSError: disk full" in str(error)
+        assert os.listdir(tmp_path) == []  # nothing left behind
+
+    def test_each_batch_lands_in_its_own_directory_as_spark_lays_it_out(
+        self, spark: FakeSpark, clock: Clock, tmp_path: Any
+    ) -> None:
+        sink = DataFrameSink(write_parquet(tmp_path), batch_rows=2)
+        collector = prepared(sink)
+        for i in range(4):
+            sink.execute(Row(f"w{i}", i))
+
+        def acked() -> bool:
+            sink.execute(TICK)
+            return len(collector.acked) == 4
+
+        assert eventually(acked) and spark.calls == []
+        first = spark.next_id - BATCH_ID_BLOCK
+        assert sorted(os.listdir(tmp_path)) == [f"batch_id={first}", f"batch_id={first + 1}"]
+        files = sorted(os.listdir(tmp_path / f"batch_id={first}"))
+        assert files[0] == "_SUCCESS" and len(files) == 2 and files[1].endswith(".snappy.parquet")
+        table = pds.dataset(str(tmp_path), format="parquet", partitioning="hive").to_table()
+        assert sorted(table.to_pylist(), key=lambda row: row["n"]) == [
+            {"word": f"w{i}", "n": i, "batch_id": first + i // 2} for i in range(4)
+        ]
+
+    def test_a_batch_with_a_type_pyarrow_cannot_write_as_spark_would_goes_to_spark(
+        self, no_spark: list[Any], clock: Clock, tmp_path: Any
+    ) -> None:
+        sink = DataFrameSink(write_parquet(tmp_path), batch_rows=1)
+        prepared(sink)
+        assert no_spark == []
+        sink.execute(timed("a", 0))
+        [spark] = no_spark
+        [(_, table, _)] = spark.calls
+        assert table.column_names == ["word", "n", "at"] and os.listdir(tmp_path) == []
 
 
 class TestLatencySampling:

@@ -150,13 +150,13 @@ class TestBesideTheDriversSpark:
 
 
 class TestSharedSpark:
-    def test_batch_id_blocks_never_overlap(self, spark: RunInSpark) -> None:
-        """Sink tasks claim their batch ids from the shared Spark's one counter (issue 20: ids
+    def test_batch_id_blocks_never_overlap(self, ray_cluster: Any) -> None:
+        """Sink tasks claim their batch ids from the cluster's one counter, not the shared
+        Spark's (a ``write_parquet`` sink starts no Spark) and not their clocks (issue 20: ids
         from a restarted task's clock could repeat an acked batch's)."""
-        from rayflow.spark._shared import shared_spark
+        from rayflow.spark._batch_ids import batch_id_counter
 
-        handle = shared_spark()
-        firsts = ray.get([handle.claim_batch_ids.remote(1024) for _ in range(8)])
+        firsts = ray.get([batch_id_counter().claim_batch_ids.remote(1024) for _ in range(8)])
         assert sorted(firsts) == [min(firsts) + 1024 * i for i in range(8)]
 
 

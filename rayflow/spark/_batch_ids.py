@@ -1,0 +1,95 @@
+"""Batch ids for every ``DataFrameSink`` task: one counter for the cluster, apart from Spark.
+
+A sink task claims blocks of ids (``claim_batch_ids``) from one named, detached Ray actor, so
+that ids never repeat between the tasks of a sink, nor for a task restarted on any node whatever
+its clock (issue 20: ids from a restarted task's clock could replace an acked batch). It is not
+the shared Spark's: a sink whose writer takes Arrow tables (``write_parquet``) writes without
+Spark, and must not start a 1.6 GB application to number its batches.
+
+The counter starts from the time in microseconds when the actor starts, above any id an earlier
+counter handed out unless this node's clock is behind that one's by more than the time between
+them. It lives as long as the Ray cluster (``stop_spark`` leaves it: a sink may still hold
+ids from it). Without Ray (a topology run in one process), one counter per process does the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+__all__ = ["BATCH_IDS_NAME", "BatchIds", "batch_id_counter"]
+
+BATCH_IDS_NAME = "rayflow-batch-ids"
+"""The counter actor's name, in the shared Spark's namespace (``rayflow``)."""
+
+
+class BatchIds:
+    """The counter: ``claim_batch_ids(count)`` is the first of ``count`` ids no one else got."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next_id = time.time_ns() // 1000
+
+    def claim_batch_ids(self, count: int) -> int:
+        with self._lock:
+            first = self._next_id
+            self._next_id += count
+        return first
+
+
+class _Local:
+    """``BatchIds`` behind the same ``.claim_batch_ids.remote(n).future().result()`` a Ray
+    handle offers, for a process without Ray."""
+
+    def __init__(self) -> None:
+        self.claim_batch_ids = _LocalMethod(BatchIds())
+
+
+class _LocalMethod:
+    def __init__(self, ids: BatchIds) -> None:
+        self._ids = ids
+
+    def remote(self, count: int) -> _Done:
+        return _Done(self._ids.claim_batch_ids(count))
+
+
+class _Done:
+    def __init__(self, value: int) -> None:
+        self._value = value
+
+    def future(self) -> Any:
+        from concurrent.futures import Future
+
+        done: Future[int] = Future()
+        done.set_result(self._value)
+        return done
+
+
+def batch_id_counter() -> Any:
+    """The handle of the cluster's counter (started if it is not running; it takes no CPU), or
+    this process's own when Ray is not initialized."""
+    import ray
+
+    from ._shared import SHARED_NAMESPACE
+
+    if not ray.is_initialized():
+        return _process_counter()
+    return (
+        _remote_class()
+        .options(name=BATCH_IDS_NAME, namespace=SHARED_NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0)
+        .remote()
+    )
+
+
+@functools.cache
+def _process_counter() -> _Local:
+    return _Local()
+
+
+@functools.cache
+def _remote_class() -> Any:
+    import ray
+
+    return ray.remote(BatchIds)
