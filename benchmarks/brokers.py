@@ -3,6 +3,7 @@ quiet machine, with RabbitMQ on 127.0.0.1:5672 (guest/guest), Redis on 127.0.0.1
 (JetStream enabled) on 127.0.0.1:4222.
 
     python benchmarks/brokers.py [--messages N] [--rounds 3] [--brokers rabbitmq redis nats] [--old-ref HEAD]
+                                 [--tasks 1 2]
 
 Every configuration drains the same N JSON messages from a fresh queue (or stream) and parses
 each one (``json.loads``) before acking it:
@@ -17,6 +18,13 @@ each one (``json.loads``) before acking it:
   at a time): ``fetch(500)``, nats-py's pull API, and a hand-made pull (a request for 500 at a
   time answered to an inbox subscription with a callback, as the spout pulls), which spares
   ``fetch``'s timer per message;
+- ``--tasks 1 2`` (the default) also runs each spout with two tasks (``parallelism=2``) on the
+  one queue, consumer group or durable consumer, still into one parsing bolt, against the one
+  bare consumer: can a topology read a broker faster than one client loop can;
+- every run on Ray (and every bare loop) also reports CPU time per message: of this process and
+  all it started (the local Ray: the task actors, raylet, GCS), of the broker's server, and how
+  busy the whole machine was. The spouts and the bare loops do the same client work, so with
+  the machine's cores all busy a ratio measures CPU per message, not a slow spout;
 - ``--old-ref REF`` also runs the RabbitMQ and Redis spouts as they are at that git revision
   (``git show``), to measure a change against what it replaces in the same run;
 - ``--cpu`` measures this process's CPU time per message instead, which a busy machine
@@ -37,6 +45,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -54,6 +63,7 @@ import asyncio  # noqa: E402
 import nats  # noqa: E402
 import nats.errors  # noqa: E402
 import pika  # noqa: E402
+import psutil  # type: ignore[import-untyped]  # noqa: E402
 import redis  # noqa: E402
 from nats.js.api import AckPolicy, ConsumerConfig  # noqa: E402
 from ray import cloudpickle  # noqa: E402
@@ -76,11 +86,68 @@ BARE_FETCH = 500
 BARE_MAX_ACK_PENDING = 20_000
 
 
-def measured(n: int, seconds: float, cpu_secs: float | None = None) -> dict[str, Any]:
-    """A run's figures: wall time and rate, and (when measured) this process's CPU time per message."""
+BROKER_PROCESSES = ("redis-server", "beam.smp", "nats-server")
+"""The brokers' server processes, whose CPU time each run also reports."""
+
+
+class CpuMeter:
+    """CPU time spent during a run: by this process and every process it started (the local Ray:
+    raylet, GCS, the task actors' workers), by the broker servers, and by the whole machine
+    (``box_busy``: the share of all cores busy, whoever used them; another job on the machine
+    shows here). Per message, these tell a spout that is slow from a machine out of cores."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.ours = self._tree()
+        self.brokers = self._brokers()
+        self.box = _box_jiffies()
+
+    @staticmethod
+    def _tree() -> dict[int, float]:
+        me = psutil.Process()
+        times: dict[int, float] = {}
+        for proc in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                cpu = proc.cpu_times()
+                times[proc.pid] = cpu.user + cpu.system
+        return times
+
+    @staticmethod
+    def _brokers() -> float:
+        total = 0.0
+        for proc in psutil.process_iter(["name", "cpu_times"]):
+            if proc.info["name"] in BROKER_PROCESSES and proc.info["cpu_times"] is not None:
+                total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
+        return total
+
+    def stop(self, n: int) -> dict[str, float]:
+        """Figures since the meter started, per message of ``n``."""
+        ours = sum(cpu - self.ours.get(pid, 0.0) for pid, cpu in self._tree().items())
+        brokers = self._brokers() - self.brokers
+        busy, total = (after - before for after, before in zip(_box_jiffies(), self.box, strict=True))
+        return {
+            "tree_cpu_us_per_msg": ours / n * 1e6,
+            "broker_cpu_us_per_msg": brokers / n * 1e6,
+            "box_busy": busy / max(total, 1),
+        }
+
+
+def _box_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot (``/proc/stat``)."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return sum(values) - idle, sum(values)
+
+
+def measured(n: int, seconds: float, cpu_secs: float | None = None, meter: CpuMeter | None = None) -> dict[str, Any]:
+    """A run's figures: wall time and rate, and (when measured) this process's CPU time per
+    message and what ``meter`` saw."""
     run: dict[str, Any] = {"messages": n, "seconds": seconds, "msgs_per_s": n / seconds}
     if cpu_secs is not None:
         run.update(cpu_secs=cpu_secs, cpu_us_per_msg=cpu_secs / n * 1e6, msgs_per_cpu_s=n / max(cpu_secs, 1e-9))
+    if meter is not None:
+        run.update(meter.stop(n))
     return run
 
 
@@ -146,6 +213,7 @@ def run_bare_pika(n: int) -> dict[str, Any]:
             ch.basic_ack(method.delivery_tag, multiple=True)
             done[1] = 0
 
+    meter = CpuMeter()
     started, cpu = time.perf_counter(), time.process_time()
     channel.basic_consume(queue, on_message)
     while done[0] < n:
@@ -153,25 +221,33 @@ def run_bare_pika(n: int) -> dict[str, Any]:
     if done[1]:
         channel.basic_ack(done[1], multiple=True)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    run = measured(n, elapsed, cpu, meter)
     connection.close()
     left = delete_queue(queue)
     assert left == 0, f"bare pika left {left} messages"
-    return measured(n, elapsed, cpu)
+    return run
 
 
 def run_rayflow(
-    cluster: LocalCluster | None, n: int, spout: Spout, name: str, until_empty: Callable[[], bool]
+    cluster: LocalCluster | None,
+    n: int,
+    spout: Spout,
+    name: str,
+    until_empty: Callable[[], bool],
+    parallelism: int = 1,
 ) -> dict[str, Any]:
-    """Drain ``n`` messages through ``spout`` -> ``ParseBolt`` on ``cluster`` (or in this
-    process, without Ray, when ``cluster`` is ``None``: ``--cpu``)."""
+    """Drain ``n`` messages through ``spout`` (``parallelism`` tasks) -> ``ParseBolt`` (one
+    task) on ``cluster`` (or in this process, without Ray, when ``cluster`` is ``None``:
+    ``--cpu``, one task)."""
     if cluster is None:
         return drive_in_process(spout, n, name, until_empty)
     builder = TopologyBuilder()
-    builder.set_spout("source", spout)
+    builder.set_spout("source", spout, parallelism=parallelism)
     builder.set_bolt("parse", ParseBolt()).shuffle_grouping("source")
     handle = cluster.submit_topology(
         f"{name}-{uuid.uuid4().hex[:6]}", Config(), builder.create_topology(), active=False
     )
+    meter = CpuMeter()
     started = time.perf_counter()
     handle.activate()
     deadline = started + 600
@@ -185,10 +261,11 @@ def run_rayflow(
             raise RuntimeError(f"{name}: the broker still holds messages after 600 s")
         time.sleep(0.005)
     elapsed = time.perf_counter() - started
+    run = measured(n, elapsed, meter=meter)
     source = handle.metrics()["source"]
     handle.kill()
     assert source["failed"] == 0 and source["acked"] == n, source
-    return {"messages": n, "seconds": elapsed, "msgs_per_s": n / elapsed}
+    return run
 
 
 class AckingCollector:
@@ -241,11 +318,11 @@ def drive_in_process(spout: Spout, n: int, name: str, until_empty: Callable[[], 
 
 
 def run_rabbitmq_spout(
-    cluster: LocalCluster | None, n: int, spout_class: Callable[[str], Spout], name: str
+    cluster: LocalCluster | None, n: int, spout_class: Callable[[str], Spout], name: str, parallelism: int = 1
 ) -> dict[str, Any]:
     queue = fill_queue(n)
     try:
-        return run_rayflow(cluster, n, spout_class(queue), name, lambda: queue_state(queue)[0] == 0)
+        return run_rayflow(cluster, n, spout_class(queue), name, lambda: queue_state(queue)[0] == 0, parallelism)
     finally:
         left = delete_queue(queue)
         assert left == 0, f"{name} left {left} messages"
@@ -293,6 +370,7 @@ def run_bare_redis(n: int) -> dict[str, Any]:
     client = redis.Redis.from_url(REDIS_URL)
     client.xgroup_create(stream, "bench", id="0")
     done = 0
+    meter = CpuMeter()
     started, cpu = time.perf_counter(), time.process_time()
     while done < n:
         reply: Any = client.xreadgroup("bench", "bare", {stream: ">"}, count=BARE_READ_COUNT)
@@ -303,18 +381,19 @@ def run_bare_redis(n: int) -> dict[str, Any]:
         if entries:
             client.xack(stream, "bench", *[entry_id for entry_id, _ in entries])
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    run = measured(n, elapsed, cpu, meter)
     client.delete(stream)
     client.close()
-    return measured(n, elapsed, cpu)
+    return run
 
 
 def run_redis_spout(
-    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str
+    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str, parallelism: int = 1
 ) -> dict[str, Any]:
     stream = fill_stream(n)
     spout = spout_class(stream, "bench", fields=("body",))
     try:
-        return run_rayflow(cluster, n, spout, name, lambda: stream_pending(stream, "bench") == 0)
+        return run_rayflow(cluster, n, spout, name, lambda: stream_pending(stream, "bench") == 0, parallelism)
     finally:
         redis.Redis.from_url(REDIS_URL).delete(stream)
 
@@ -366,13 +445,14 @@ def nats_unacked(stream: str, durable: str) -> int:
 def run_bare_nats(n: int) -> dict[str, Any]:
     stream = fill_nats_stream(n)
 
-    async def drain(client: Any, js: Any) -> tuple[float, float]:
+    async def drain(client: Any, js: Any) -> tuple[float, float, dict[str, float]]:
         config = ConsumerConfig(
             durable_name="bare", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=BARE_MAX_ACK_PENDING
         )
         await js.add_consumer(stream, config)
         subscription = await js.pull_subscribe_bind("bare", stream)
         done = 0
+        meter = CpuMeter()
         started, cpu = time.perf_counter(), time.process_time()
         while done < n:
             try:
@@ -387,19 +467,19 @@ def run_bare_nats(n: int) -> dict[str, Any]:
         cpu = time.process_time() - cpu
         while (await js.consumer_info(stream, "bare")).num_ack_pending:
             await asyncio.sleep(0.001)
-        return time.perf_counter() - started, cpu
+        return time.perf_counter() - started, cpu, meter.stop(n)
 
     try:
-        elapsed, cpu = asyncio.run(_nats(drain))
+        elapsed, cpu, figures = asyncio.run(_nats(drain))
     finally:
         delete_nats_stream(stream)
-    return measured(n, elapsed, cpu)
+    return {**measured(n, elapsed, cpu), **figures}
 
 
 def run_bare_nats_callback(n: int) -> dict[str, Any]:
     stream = fill_nats_stream(n)
 
-    async def drain(client: Any, js: Any) -> tuple[float, float]:
+    async def drain(client: Any, js: Any) -> tuple[float, float, dict[str, float]]:
         config = ConsumerConfig(
             durable_name="bare", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=BARE_MAX_ACK_PENDING
         )
@@ -420,6 +500,7 @@ def run_bare_nats_callback(n: int) -> dict[str, Any]:
         await client.subscribe(inbox, cb=on_message)
         request = json.dumps({"batch": BARE_FETCH, "expires": 1_000_000_000}).encode()
         done = 0
+        meter = CpuMeter()
         started, cpu = time.perf_counter(), time.process_time()
         while done < n:
             request_over.clear()
@@ -435,22 +516,22 @@ def run_bare_nats_callback(n: int) -> dict[str, Any]:
         cpu = time.process_time() - cpu
         while (await js.consumer_info(stream, "bare")).num_ack_pending:
             await asyncio.sleep(0.001)
-        return time.perf_counter() - started, cpu
+        return time.perf_counter() - started, cpu, meter.stop(n)
 
     try:
-        elapsed, cpu = asyncio.run(_nats(drain))
+        elapsed, cpu, figures = asyncio.run(_nats(drain))
     finally:
         delete_nats_stream(stream)
-    return measured(n, elapsed, cpu)
+    return {**measured(n, elapsed, cpu), **figures}
 
 
 def run_nats_spout(
-    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str
+    cluster: LocalCluster | None, n: int, spout_class: Callable[..., Spout], name: str, parallelism: int = 1
 ) -> dict[str, Any]:
     stream = fill_nats_stream(n)
     spout = spout_class(stream, "bench", fields=("data",))
     try:
-        return run_rayflow(cluster, n, spout, name, lambda: nats_unacked(stream, "bench") == 0)
+        return run_rayflow(cluster, n, spout, name, lambda: nats_unacked(stream, "bench") == 0, parallelism)
     finally:
         delete_nats_stream(stream)
 
@@ -466,8 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old-ref", metavar="REF", help="also run the spouts of this git revision")
     parser.add_argument("--cpu", action="store_true", help="CPU time per message, spouts in this process (no Ray)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    parser.add_argument(
+        "--tasks", type=int, nargs="*", default=[1, 2], help="spout parallelisms to run (2: two tasks, one queue)"
+    )
     args = parser.parse_args(argv)
     n = args.messages
+    many = [p for p in args.tasks if p > 1] if not args.cpu else []
 
     configurations: dict[str, Callable[[LocalCluster | None], dict[str, Any]]] = {}
     if "rabbitmq" in args.brokers:
@@ -478,16 +563,28 @@ def main(argv: list[str] | None = None) -> int:
             configurations[f"RabbitMQSpout@{args.old_ref}"] = lambda c: run_rabbitmq_spout(
                 c, n, old_rabbit, "rabbitmq-old"
             )
+        for p in many:
+            configurations[f"RabbitMQSpout x{p}"] = lambda c, p=p: run_rabbitmq_spout(  # type: ignore[misc]
+                c, n, RabbitMQSpout, f"rabbitmq-spout-x{p}", p
+            )
     if "redis" in args.brokers:
         configurations["bare redis-py"] = lambda _: run_bare_redis(n)
         configurations["RedisStreamSpout"] = lambda c: run_redis_spout(c, n, RedisStreamSpout, "redis-spout")
         if args.old_ref:
             old_redis = old_module(args.old_ref, "redis").RedisStreamSpout
             configurations[f"RedisStreamSpout@{args.old_ref}"] = lambda c: run_redis_spout(c, n, old_redis, "redis-old")
+        for p in many:
+            configurations[f"RedisStreamSpout x{p}"] = lambda c, p=p: run_redis_spout(  # type: ignore[misc]
+                c, n, RedisStreamSpout, f"redis-spout-x{p}", p
+            )
     if "nats" in args.brokers:
         configurations["bare nats-py"] = lambda _: run_bare_nats(n)
         configurations["bare nats-py callback"] = lambda _: run_bare_nats_callback(n)
         configurations["NatsJetStreamSpout"] = lambda c: run_nats_spout(c, n, NatsJetStreamSpout, "nats-spout")
+        for p in many:
+            configurations[f"NatsJetStreamSpout x{p}"] = lambda c, p=p: run_nats_spout(  # type: ignore[misc]
+                c, n, NatsJetStreamSpout, f"nats-spout-x{p}", p
+            )
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configurations}
     rate, unit = ("msgs_per_cpu_s", "msg/CPU-s") if args.cpu else ("msgs_per_s", "msg/s")
     with contextlib.nullcontext(None) if args.cpu else LocalCluster() as cluster:
@@ -497,6 +594,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(configurations[name](cluster))
                 run = runs[name][-1]
                 cpu = f"   {run['cpu_us_per_msg']:6.1f} CPU-us/msg" if "cpu_us_per_msg" in run else ""
+                if "tree_cpu_us_per_msg" in run:
+                    cpu += (
+                        f"   ours {run['tree_cpu_us_per_msg']:6.1f} + broker {run['broker_cpu_us_per_msg']:5.1f}"
+                        f" CPU-us/msg, box {run['box_busy']:4.0%} busy"
+                    )
                 print(f"  round {round_ + 1}: {name:<24}{run['msgs_per_s']:>10,.0f} msg/s{cpu}", flush=True)
 
     def rate_key(runs_: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -506,6 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     for spout, bare in pairs[:]:
         pairs += [(f"{spout}@{args.old_ref}", bare), (spout, f"{spout}@{args.old_ref}")]
     pairs += [("NatsJetStreamSpout", "bare nats-py"), ("NatsJetStreamSpout", "bare nats-py callback")]
+    for p in many:
+        pairs += [
+            (f"RabbitMQSpout x{p}", "bare pika"),
+            (f"RedisStreamSpout x{p}", "bare redis-py"),
+            (f"NatsJetStreamSpout x{p}", "bare nats-py callback"),
+        ]
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "messages": n,
@@ -524,6 +632,22 @@ def main(argv: list[str] | None = None) -> int:
     for name, ratio in results["paired_ratios"].items():
         rounds = ", ".join(f"{r:.3f}" for r in ratio["rounds"])
         print(f"{name:<44}{ratio['median']:>8.3f}x   (rounds: {rounds})")
+    cpu_runs = {name: r for name, r in runs.items() if r and "tree_cpu_us_per_msg" in r[0]}
+    if cpu_runs:
+        print(f"\n{'CPU-us per message (median)':<28}{'ours':>8}{'broker':>8}{'sum':>8}{'box busy':>10}")
+        for name, r in cpu_runs.items():
+            ours, broker = (
+                statistics.median(x[key] for x in r) for key in ("tree_cpu_us_per_msg", "broker_cpu_us_per_msg")
+            )
+            busy = statistics.median(x["box_busy"] for x in r)
+            print(f"{name:<28}{ours:>8.1f}{broker:>8.1f}{ours + broker:>8.1f}{busy:>10.0%}")
+        results["cpu_us_per_msg"] = {
+            name: {
+                key: statistics.median(x[key] for x in r)
+                for key in ("tree_cpu_us_per_msg", "broker_cpu_us_per_msg", "box_busy")
+            }
+            for name, r in cpu_runs.items()
+        }
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -6,8 +6,8 @@ PEL). That list is the spout's memory, so nothing is lost when a spout dies:
 - each task reads as its own consumer, named after the component and the task id, so a
   restarted task is the same consumer: at ``open`` it first reads its own pending list
   (``XREADGROUP`` from id ``0``) and emits those entries again;
-- new entries are read with ``XREADGROUP ... >`` (never ``BLOCK``: it runs on the task's event
-  loop), many per call, and emitted up to ``EMIT_BURST`` per ``next_tuple``;
+- new entries are read with ``XREADGROUP ... >``, as many as the pending budget has room for
+  (at most ``MAX_READ``), and emitted up to ``EMIT_BURST`` per ``next_tuple``;
 - a completed tree is ``XACK``-ed (in batches); a failed one is emitted again from the data the
   spout kept while the entry was pending, after an ``XCLAIM`` that resets its idle time, adds
   one to its delivery count and tells whether someone else acknowledged it meanwhile;
@@ -19,6 +19,18 @@ PEL). That list is the spout's memory, so nothing is lost when a spout dies:
 - entries left pending by a consumer that is gone for good (a task of a smaller topology, a
   crashed process elsewhere) are taken over with ``XAUTOCLAIM`` once idle for ``claim_idle_ms``.
 
+How it stays off the event loop's back: reads and acks go over a connection of their own that
+the task never waits on. A read (and the acks waiting, ahead of it) is *sent* while the buffer
+still holds entries to emit, and its reply is taken only once all of it arrived, so Redis
+prepares the next entries while the task emits the last ones; an ``XACK`` is sent and its reply
+collected later the same way. The replies are read from the socket without waiting and parsed
+by ``_resp.Replies``, at a fraction of what redis-py's parser costs per element (over TLS,
+redis-py's ``can_read`` and ``read_response`` do it). Only the rare calls (a replay's ``XCLAIM``, a dead letter,
+the ``XAUTOCLAIM`` scan, creating the group) wait for their answer, bounded by
+``SOCKET_TIMEOUT_SECS``. When the connection breaks, what its unanswered ``XACK``s carried is
+sent again (``XACK`` is idempotent) and the next read starts with the task's own pending list,
+so an entry whose read reply was lost is emitted, not stranded.
+
 The group is created (with ``MKSTREAM``) at id ``0`` when missing, so entries added before the
 topology first started are read too. A lost connection is retried with backoff and reported once
 per outage; acks that could not be sent wait and go out once Redis answers again.
@@ -27,6 +39,7 @@ per outage; acks that could not be sent wait and go out once Redis answers again
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,6 +48,7 @@ from typing import Any, TypeVar
 import redis
 import redis.exceptions
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .._collectors import SpoutOutputCollector
@@ -43,6 +57,7 @@ from .._context import TopologyContext
 from .._errors import ConfigError
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
+from ._resp import Replies
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["RedisStreamSpout"]
@@ -53,7 +68,13 @@ DEAD_LETTER_FIELDS = ("rayflow.stream", "rayflow.group", "rayflow.id", "rayflow.
 """Added to a dead letter's fields: its stream, group and entry id, the last fail's reason
 (``"failed"`` or ``"timeout"``), and its delivery count."""
 MAX_READ = 1000
-"""Entries asked for per ``XREADGROUP``/``XAUTOCLAIM`` (fewer when ``max_spout_pending`` is lower)."""
+"""Entries asked for per ``XREADGROUP``/``XAUTOCLAIM`` (fewer when ``max_spout_pending`` is lower,
+or when the entries held leave less room: ``HOLD_SLACK``). The next read is sent once the
+buffer is down to half of one, so its reply is there before the buffer runs dry."""
+HOLD_SLACK = 1.25
+"""A task holds (pending trees plus entries read and not emitted yet) at most
+``max_spout_pending`` and a quarter: entries read far ahead would idle in the group's pending
+list, where another consumer's claim scan could take them."""
 EMIT_BURST = 64
 """Entries ``next_tuple`` emits per call at most, and at most a 64th of ``max_spout_pending``:
 the executor checks the pending budget between calls, so a task may hold up to one burst of
@@ -145,8 +166,10 @@ class RedisStreamSpout(Spout):
         prefix = f"{conf['topology.name']}/" if conf.get("topology.name") else ""
         self.consumer = f"{prefix}{context.this_component_id}-{context.this_task_id}"
         pending_cap = conf.get("max_spout_pending")
-        self._read_count = min(MAX_READ, pending_cap) if pending_cap else MAX_READ
+        self._hold_cap = int(pending_cap * HOLD_SLACK) if pending_cap else None
+        self._max_read = min(MAX_READ, pending_cap) if pending_cap else MAX_READ
         self._burst = max(1, min(EMIT_BURST, pending_cap // 64)) if pending_cap else EMIT_BURST
+        self._low = max(self._burst, self._max_read // 2)
         self._client = redis.Redis.from_url(
             self.url,
             socket_timeout=SOCKET_TIMEOUT_SECS,
@@ -154,10 +177,18 @@ class RedisStreamSpout(Spout):
             retry=Retry(NoBackoff(), 0),
         )
         self._client.set_response_callback("XAUTOCLAIM", _raw_reply)  # redis-py drops the cursor of a JUSTID reply
+        self._conn: Any = None
+        """The connection of reads and acks (``_send``/``_receive``); ``None`` until first used."""
+        self._sent: deque[tuple[str, list[str] | None]] = deque()
+        """Commands sent on ``_conn`` whose reply was not taken yet: ``("ack", ids)`` or ``("read", None)``."""
+        self._replies: Replies | None = None
+        """Reads the replies on ``_conn`` (a plain socket's); ``None``: redis-py's parser does."""
+        self._reading = False
         self._collector = collector
         self._buffer: deque[Entry] = deque()
-        self._queued: set[str] = set()
-        self._inflight: dict[str, dict[str | bytes, Any]] = {}
+        self._held: dict[str, dict[str | bytes, Any]] = {}
+        """Entries this task holds, by id: read and not emitted yet (in the buffer), or emitted
+        and their tree pending. Their data is what a replay emits again."""
         self._to_ack: list[str] = []
         self._acked_at = time.monotonic()
         self._group_ready = False
@@ -166,6 +197,7 @@ class RedisStreamSpout(Spout):
         self._claim_at = 0.0
         self._claim_every = self.claim_idle_ms / 2000.0
         self._read_at = 0.0
+        self._values = _value_maker(self.fields, self.stream)
         self.replayed = 0
         """Entries emitted again after a fail."""
         self.claimed = 0
@@ -181,55 +213,79 @@ class RedisStreamSpout(Spout):
         self._flush_acks()
 
     def close(self) -> None:
+        """Send the acks waiting and wait (``SOCKET_TIMEOUT_SECS`` at most) until Redis took
+        them; entries read and not acked stay pending with this consumer."""
         self._flush_acks()
+        if self._conn is not None:
+            try:
+                while self._sent:
+                    kind, _ = self._sent.popleft()
+                    reply = self._replies.take(wait=True)[1] if self._replies else self._conn.read_response()
+                    if kind == "read":
+                        self._taken(reply)  # nothing is lost: they stay pending, as the buffer's
+            except _BROKEN as exc:
+                logger.debug("%s: acks at close: %s", self._outage.where, exc)
+            self._conn.disconnect()
         self._client.close()
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
         if not self._group_ready and not self._call(self._ensure_group):
             return
-        if self._to_ack:
+        if self._sent:
+            self._receive()
+        buffer = self._buffer
+        if self._to_ack and time.monotonic() - self._acked_at >= ACK_LINGER_SECS:
             self._flush_acks()
-        if not self._buffer:
+        if len(buffer) <= self._low:
             self._fill()
-        buffer, emit = self._buffer, self._collector.emit
+        emit, values = self._collector.emit, self._values
         for _ in range(min(len(buffer), self._burst)):
             entry_id, data = buffer.popleft()
-            self._queued.discard(entry_id)
-            self._inflight[entry_id] = data
-            emit(self._values(entry_id, data), msg_id=entry_id)
-
-    def _values(self, entry_id: str, data: dict[str | bytes, Any]) -> list[Any]:
-        values: list[Any] = []
-        for field in self.fields:
-            if field == "id":
-                values.append(entry_id)
-            elif field == "data":
-                values.append(dict(data))
-            elif field == "stream":
-                values.append(self.stream)
-            else:
-                values.append(data.get(field))
-        return values
+            emit(values(entry_id, data), msg_id=entry_id)
 
     def _fill(self) -> None:
+        """Ask for more entries, ahead of need: a claim scan when due, else a read (sent, its
+        reply taken by a later ``next_tuple``)."""
         now = time.monotonic()
         if now >= self._claim_at:
             self._call(self._claim)
-        if not self._buffer and now >= self._read_at and self._call(self._read) == 0:
-            self._read_at = now + IDLE_POLL_SECS
-
-    def _read(self) -> int:
-        """Read the own pending list (while ``_backlog`` is set), else new entries."""
+        if self._reading or now < self._read_at or (self._outage.down and not self._outage.due()):
+            return
+        count = self._max_read
+        if self._hold_cap is not None:
+            count = min(count, self._hold_cap - len(self._held))
+            if count < self._burst:  # the budget is full: read when trees complete
+                return
+        if self._to_ack:
+            self._flush_acks()  # ahead of the read, on the same connection: one trip for both
         cursor = self._backlog or ">"
-        reply: Any = self._client.xreadgroup(self.group, self.consumer, {self.stream: cursor}, count=self._read_count)
-        entries = reply[0][1] if reply else []
+        command = ("XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", count, "STREAMS", self.stream, cursor)
+        if self._send(command, ("read", None)):
+            self._reading = True
+
+    def _taken(self, reply: Any) -> int:
+        """Take the entries of an ``XREADGROUP`` reply into the buffer; how many there were."""
+        if not reply:
+            entries: Any = []
+        elif isinstance(reply, dict):  # RESP3, and redis-py's RESP2 parser for this command
+            entries = next(iter(reply.values()))
+        else:
+            entries = reply[0][1]
         if self._backlog is not None:
             self._backlog = _text(entries[-1][0]) if entries else None
             if entries:
                 logger.info("%s: %d entries pending from before, emitting them again", self._outage.where, len(entries))
-        for entry_id, data in entries:
-            self._take(_text(entry_id), data)
+        held, buffer, take = self._held, self._buffer, self._take
+        for entry_id, fields in entries:
+            entry_id = _text(entry_id)
+            if entry_id in held or fields is None or fields.__class__ is not list:
+                take(entry_id, _pairs(fields))
+                continue
+            it = iter(fields)
+            entry = {text_or_bytes(k): text_or_bytes(v) for k, v in zip(it, it, strict=False)}
+            held[entry_id] = entry
+            buffer.append((entry_id, entry))
         return len(entries)
 
     def _claim(self) -> None:
@@ -244,13 +300,14 @@ class RedisStreamSpout(Spout):
             self.consumer,
             self.claim_idle_ms,
             self._claim_cursor,
-            count=self._read_count,
+            count=self._max_read,
             justid=True,
         )
         cursor, ids = _text(reply[0]), reply[1]  # the raw reply: ``open`` sets ``_raw_reply`` for it
         self._claim_cursor = cursor
         self._claim_at = time.monotonic() + (self._claim_every if cursor == "0-0" else 0.0)
-        others: list[Any] = [i for i in map(_text, ids) if i not in self._inflight and i not in self._queued]
+        acking = self._acking()
+        others: list[Any] = [i for i in map(_text, ids) if i not in self._held and i not in acking]
         if others:
             entries: Any = self._client.xclaim(self.stream, self.group, self.consumer, 0, others)
             for entry_id, data in entries:
@@ -258,17 +315,19 @@ class RedisStreamSpout(Spout):
                 self._take(_text(entry_id), data)
 
     def _take(self, entry_id: str, data: dict[bytes, bytes] | None) -> None:
-        if entry_id in self._inflight or entry_id in self._queued:
+        if entry_id in self._held:
             return
         if not data:  # deleted from the stream (XDEL, trimming) while pending: nothing to process
             self._to_ack.append(entry_id)
             return
-        self._queued.add(entry_id)
-        self._buffer.append((entry_id, {text_or_bytes(k): text_or_bytes(v) for k, v in data.items()}))
+        entry = {text_or_bytes(k): text_or_bytes(v) for k, v in data.items()}
+        self._held[entry_id] = entry
+        self._buffer.append((entry_id, entry))
 
     # -- results ------------------------------------------------------------------------------
     def ack(self, msg_id: Any) -> None:
-        self._inflight.pop(msg_id, None)
+        if self._held.pop(msg_id, None) is None:
+            return  # not held (acked twice, or from before a restart): nothing to settle here
         self._to_ack.append(msg_id)
         if len(self._to_ack) >= ACK_BATCH or time.monotonic() - self._acked_at >= ACK_LINGER_SECS:
             self._flush_acks()
@@ -277,19 +336,20 @@ class RedisStreamSpout(Spout):
         """Emit the entry again, unless it is no longer pending (acknowledged by another consumer
         that claimed it while its tree here was running), or dead-letter it once it was replayed
         ``max_replays`` times. While Redis does not answer, the entry is emitted again."""
-        data = self._inflight.pop(msg_id, None)
+        data = self._held.get(msg_id)
         if data is None:
             return
         reply = self._call(lambda: self._reclaim(msg_id))
         if reply is not None:
             deliveries, still_pending = reply
             if not still_pending:
+                self._held.pop(msg_id, None)
                 return
             if self.max_replays is not None and deliveries > self.max_replays:
                 if self._call(lambda: self._dead_letter(msg_id, data, reason, deliveries)) is not None:
+                    self._held.pop(msg_id, None)
                     return
         self.replayed += 1
-        self._queued.add(msg_id)
         self._buffer.appendleft((msg_id, data))
 
     def _reclaim(self, entry_id: str) -> tuple[int, bool]:
@@ -321,14 +381,84 @@ class RedisStreamSpout(Spout):
         return True
 
     def _flush_acks(self) -> None:
+        """Send one ``XACK`` for the ids waiting (its reply is taken later, by ``_receive``)."""
         if not self._to_ack:
             return
         ids = self._to_ack
-        if self._call(lambda: self._client.xack(self.stream, self.group, *ids)) is not None:
+        if self._send(("XACK", self.stream, self.group, *ids), ("ack", ids)):
             self._to_ack = []
             self._acked_at = time.monotonic()
 
+    def _acking(self) -> set[str]:
+        """Ids acked by their trees whose ``XACK`` Redis may not have yet."""
+        acking = set(self._to_ack)
+        for kind, ids in self._sent:
+            if kind == "ack" and ids:
+                acking.update(ids)
+        return acking
+
     # -- the connection -----------------------------------------------------------------------
+    def _send(self, command: tuple[Any, ...], sent: tuple[str, list[str] | None]) -> bool:
+        """Send ``command`` on the connection of reads and acks, without waiting for its reply."""
+        if self._outage.down and not self._outage.due():
+            return False
+        try:
+            if self._conn is None:
+                self._conn = self._client.connection_pool.make_connection()
+            self._conn.send_command(*command)  # connects (and authenticates) when not connected
+            sock = getattr(self._conn, "_sock", None)  # redis-py's own: absent, its parser reads
+            if self._replies is None and type(sock) is socket.socket:  # not TLS
+                self._replies = Replies(sock)
+        except _BROKEN as exc:
+            self._broken(exc)
+            return False
+        self._sent.append(sent)
+        return True
+
+    def _receive(self) -> None:
+        """Take the replies that arrived (in the order their commands were sent), never waiting
+        for one that did not."""
+        conn, sent, replies = self._conn, self._sent, self._replies
+        try:
+            while sent:
+                if replies is not None:
+                    arrived, reply = replies.take()
+                    if not arrived:
+                        break
+                    if isinstance(reply, ResponseError):
+                        raise reply
+                elif conn.can_read(timeout=0):
+                    reply = conn.read_response()
+                else:
+                    break
+                kind, _ = sent.popleft()
+                if kind == "read":
+                    self._reading = False
+                    if not self._taken(reply):
+                        self._read_at = time.monotonic() + IDLE_POLL_SECS
+        except _BROKEN as exc:
+            self._broken(exc)
+            return
+        if self._outage.down:
+            self._outage.recovered()
+
+    def _broken(self, exc: BaseException) -> None:
+        """The connection of reads and acks failed: what its unanswered ``XACK``s carried waits
+        to be sent again, and the next read starts with this consumer's pending list (a read
+        whose reply was lost may have delivered entries to it)."""
+        if "NOGROUP" in str(exc):  # the stream or group was deleted (or Redis lost its data)
+            self._group_ready = False
+        for kind, ids in self._sent:
+            if kind == "ack" and ids:
+                self._to_ack.extend(ids)
+        self._sent.clear()
+        self._replies = None
+        self._reading = False
+        self._backlog = "0"
+        if self._conn is not None:
+            self._conn.disconnect()
+        self._outage.failed(exc)
+
     def _ensure_group(self) -> bool:
         try:
             self._client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
@@ -339,8 +469,9 @@ class RedisStreamSpout(Spout):
         return True
 
     def _call(self, action: Callable[[], _T]) -> _T | None:
-        """Run a Redis call; a failure starts (or continues) an outage and gives ``None``. While
-        an outage waits for its next attempt, nothing is tried (``None`` too)."""
+        """Run a Redis call and wait for its answer; a failure starts (or continues) an outage
+        and gives ``None``. While an outage waits for its next attempt, nothing is tried
+        (``None`` too)."""
         if self._outage.down and not self._outage.due():
             return None
         try:
@@ -352,6 +483,39 @@ class RedisStreamSpout(Spout):
             return None
         self._outage.recovered()
         return result
+
+
+def _value_maker(fields: tuple[str, ...], stream: str) -> Callable[[str, dict[str | bytes, Any]], list[Any]]:
+    """The function that makes an entry's tuple values, chosen once: it runs once per entry."""
+    if not {"id", "data", "stream"} & set(fields):
+        if len(fields) == 1:
+            name = fields[0]
+            return lambda entry_id, data: [data.get(name)]
+        return lambda entry_id, data: [data.get(field) for field in fields]
+
+    def values(entry_id: str, data: dict[str | bytes, Any]) -> list[Any]:
+        out: list[Any] = []
+        for field in fields:
+            if field == "id":
+                out.append(entry_id)
+            elif field == "data":
+                out.append(dict(data))
+            elif field == "stream":
+                out.append(stream)
+            else:
+                out.append(data.get(field))
+        return out
+
+    return values
+
+
+def _pairs(fields: Any) -> dict[bytes, bytes] | None:
+    """An entry's fields from a raw reply (a flat list of names and values, or ``None`` for an
+    entry deleted while pending) as a mapping."""
+    if fields is None or isinstance(fields, dict):
+        return fields
+    it = iter(fields)
+    return dict(zip(it, it, strict=False))
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
