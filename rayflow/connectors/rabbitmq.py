@@ -24,7 +24,11 @@ the header or without it); until then a fail hands the message back, which is ex
 How it stays off the event loop's back: pika's ``BlockingConnection`` is only ever asked to do
 non-blocking work (``process_data_events(time_limit=0)``), which also keeps the heartbeats going.
 Every use of the channel happens on the task's one thread (``next_tuple``, ``ack``, ``fail`` and
-the lifecycle calls). The broker pushes up to ``prefetch`` unacked messages, they wait in a
+the lifecycle calls). Connecting is not quick (a TCP connect, the AMQP handshake, opening the
+channel: seconds against a broker that does not answer), so after an outage the spout connects
+on a thread of its own and ``next_tuple`` only looks whether that is done; the connection is
+the task thread's alone from then on. The first connection is made in ``open``, which may
+wait for it. The broker pushes up to ``prefetch`` unacked messages, they wait in a
 local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per call.
 
 Broker acks go out in batches, since one ``basic_ack`` per message costs a socket write each:
@@ -48,16 +52,19 @@ or fails for an older generation are dropped (their messages come again, at-leas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from pika.spec import Basic, BasicProperties
 
 from .._collectors import SpoutOutputCollector
@@ -111,7 +118,9 @@ DELIVERY_COUNT_HEADER = "x-delivery-count"
 unacked when its consumer went away)."""
 
 _Delivery = tuple[int, Basic.Deliver, BasicProperties, bytes]
-_BROKEN = (pika.exceptions.AMQPError, OSError)
+_BROKEN = (pika.exceptions.AMQPError, AMQPConnectorException, OSError)
+"""What a lost or refused connection raises (a broker that accepts and never answers ends in
+``AMQPConnectorStackTimeout``, one of pika's connection-workflow errors, not an ``AMQPError``)."""
 
 
 class RabbitMQSpout(Spout):
@@ -189,6 +198,9 @@ class RabbitMQSpout(Spout):
         self._prefetch = self.prefetch or _default_prefetch(conf.get("max_spout_pending"))
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
+        self._connecting: Future[tuple[BlockingConnection, BlockingChannel]] | None = None
+        """The connection being made on ``_connector``'s thread after an outage."""
+        self._connector: ThreadPoolExecutor | None = None
         self._consumer_tag: str | None = None
         self._generation = 0
         self._cancelled_by_broker = False
@@ -218,7 +230,10 @@ class RabbitMQSpout(Spout):
         """Acks and fails dropped because their channel is gone (the broker redelivered them)."""
         where = f"RabbitMQSpout {self.queue!r} task {context.this_task_id} ({redact_url(self.url)})"
         self._outage = Outage(where, collector.report_error)
-        self._connect()
+        try:
+            self._connected(*self._open_channel())
+        except _BROKEN as exc:
+            self._lost(exc)
 
     def activate(self) -> None:
         self._active = True
@@ -239,6 +254,11 @@ class RabbitMQSpout(Spout):
         except _BROKEN as exc:
             logger.debug("%s: acks at close: %s", self._outage.where, exc)
         self._disconnect()
+        if self._connecting is not None:  # a connection made after close is closed at once
+            self._connecting.add_done_callback(_close_made)
+            self._connecting = None
+        if self._connector is not None:
+            self._connector.shutdown(wait=False)
 
     def _disconnect(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -258,8 +278,7 @@ class RabbitMQSpout(Spout):
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
         if self._connection is None:
-            if self._outage.due():
-                self._connect()
+            self._reconnect()
             return
         if self._to_ack and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
             self._guard(self._flush_acks)
@@ -377,13 +396,45 @@ class RabbitMQSpout(Spout):
         self._held_since = (self._held_since or now) if above else 0.0
 
     # -- the connection -----------------------------------------------------------------------
-    def _connect(self) -> None:
+    def _reconnect(self) -> None:
+        """Start connecting on the connector's thread once the outage's pause is over; take the
+        connection once it is made. Never waits."""
+        if self._connecting is None:
+            if self._outage.due():
+                if self._connector is None:
+                    self._connector = ThreadPoolExecutor(1, thread_name_prefix="rayflow-rabbitmq-connect")
+                self._connecting = self._connector.submit(self._open_channel)
+            return
+        if not self._connecting.done():
+            return
+        made, self._connecting = self._connecting, None
         try:
-            self._connection = pika.BlockingConnection(_parameters(self.url))
-            self._channel = self._connection.channel()
-            self._channel.basic_qos(prefetch_count=self._prefetch)
+            connection, channel = made.result()
+        except _BROKEN as exc:
+            self._lost(exc)
+            return
+        self._connected(connection, channel)
+
+    def _open_channel(self) -> tuple[BlockingConnection, BlockingChannel]:
+        """Connect, open the channel, set its prefetch, declare the queue if asked: everything
+        that waits for the broker (on the connector's thread, but for the first time in ``open``)."""
+        connection = pika.BlockingConnection(_parameters(self.url))
+        try:
+            channel = connection.channel()
+            channel.basic_qos(prefetch_count=self._prefetch)
             if self.declare:
-                self._channel.queue_declare(self.queue, durable=True)
+                channel.queue_declare(self.queue, durable=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                connection.close()
+            raise
+        return connection, channel
+
+    def _connected(self, connection: BlockingConnection, channel: BlockingChannel) -> None:
+        """Make a new connection the spout's (on the task's thread): a new channel generation,
+        consuming if the spout is active."""
+        try:
+            self._connection, self._channel = connection, channel
             self._channel.add_on_cancel_callback(self._on_broker_cancel)
             self._generation += 1
             self._consumer_tag = None
@@ -438,6 +489,12 @@ class RabbitMQSpout(Spout):
         self._disconnect()
         self._consumer_tag = None
         self._outage.failed(exc)
+
+
+def _close_made(made: Future[tuple[BlockingConnection, BlockingChannel]]) -> None:
+    """Close a connection that was made for a spout closed meanwhile."""
+    with contextlib.suppress(Exception):
+        made.result()[0].close()
 
 
 def _delivery_count(properties: BasicProperties) -> int | None:

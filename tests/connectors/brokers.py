@@ -126,13 +126,15 @@ def run_until(run: InProcessTopology, until: Callable[[], bool], timeout: float 
 
 class Proxy:
     """A TCP forwarder to ``127.0.0.1:target``. ``cut()`` drops every connection through it and
-    refuses new ones (as when the broker or the network goes away); ``restore()`` lets them in."""
+    refuses new ones (as when the broker or the network goes away); ``hang()`` drops them and
+    takes new ones without a word (a broker that does not answer); ``restore()`` lets them in."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._up = True
+        self._silent = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -151,9 +153,14 @@ class Proxy:
                 sock.close()
             self._sockets.clear()
 
+    def hang(self) -> None:
+        self.cut()
+        with self._lock:
+            self._up, self._silent = True, True
+
     def restore(self) -> None:
         with self._lock:
-            self._up = True
+            self._up, self._silent = True, False
 
     def close(self) -> None:
         self.cut()
@@ -168,6 +175,9 @@ class Proxy:
             with self._lock:
                 if not self._up:
                     client.close()
+                    continue
+                if self._silent:  # held open, never answered, closed by the next cut()
+                    self._sockets.append(client)
                     continue
                 try:
                     upstream = socket.create_connection(("127.0.0.1", self.target))

@@ -162,6 +162,30 @@ class TestFaults:
         finally:
             proxy.close()
 
+    def test_reconnecting_to_a_broker_that_does_not_answer_never_holds_next_tuple(self, queue: str) -> None:
+        """After an outage the spout connects on a thread of its own: while the broker (a proxy
+        that takes the connection and says nothing) does not answer, ``next_tuple`` returns with
+        the connect still under way; once the broker answers, the spout is back."""
+        publish(queue, "before")
+        proxy = Proxy(5672)
+        try:
+            spout, collector = opened(queue, url=proxy.url(RABBITMQ_URL))
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            proxy.hang()
+            assert drive(spout, collector, lambda: spout._connecting is not None, timeout=15)
+            for _ in range(100):
+                spout.next_tuple()
+            assert spout._connecting is not None and not spout._connecting.done()
+            assert spout._connection is None
+            proxy.restore()
+            assert drive(spout, collector, lambda: len(collector.emitted) == 2, timeout=60)
+            assert collector.emitted[1][0] == ["before"]  # redelivered: it was never acked
+            spout.ack(collector.emitted[1][1])
+            spout.close()
+            assert eventually_ready(queue, 0)
+        finally:
+            proxy.close()
+
     def test_missing_queue_is_reported_once_and_picked_up_once_declared(self) -> None:
         require_rabbitmq()
         import pika
