@@ -27,6 +27,7 @@ while every batch keeps its own ``batch_id`` and directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -37,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, RayflowError
 from ._scratch import remove_session_library_copy
 from ._session import SparkSettings, SparkUnavailableError, start_spark, stop_started_spark
 
@@ -73,9 +74,22 @@ in that namespace, so two Sparks in one namespace cannot both start. The price: 
 Spark, ``ray.data.from_spark`` looks for the executors in the job's namespace and hangs, so
 ``DataFrameSpout`` collects a DataFrame as Arrow instead."""
 
+CANCEL_AGAIN_SECS = 1.0
+"""A cancelled batch whose call is still running has its job group cancelled again this often:
+a job the call starts after a cancel (``cancelJobGroup`` stops only the jobs running then)
+would otherwise hold an executor core for as long as it takes."""
+CANCEL_AGAIN_TIMES = 600
+REMEMBERED_CANCELS = 10_000
+"""Cancelled batch ids kept, for calls that arrive after their cancel (oldest forgotten first)."""
+
 DEFAULT_SETTINGS = SparkSettings(app_name="rayflow-shared")
 """Its own application name: raydp names its actors after it, and ``spark_session()`` in a
 driver uses ``rayflow``."""
+
+
+class BatchCancelled(RayflowError):
+    """The sink gave up on this batch (past ``message_timeout_secs``) before it was written here:
+    it is failed and replayed, so it is not written."""
 
 
 @dataclass
@@ -101,6 +115,11 @@ class SharedSpark:
         self._waiting: dict[tuple[str, str], list[_Waiting]] = {}
         self._job_groups: dict[int, str] = {}
         """The job group of each batch being written with others (its jobs are theirs)."""
+        self._writing: dict[int, threading.Event] = {}
+        """Batches whose call runs now (its jobs may start any time), set when it ends."""
+        self._cancelled: dict[int, None] = {}
+        """Batches the sink gave up on, oldest first: a call for one of them that has not started
+        yet does not start."""
         try:
             self._spark = start_spark(settings, jvm_namespace=JVM_NAMESPACE)
             self._warm_up()
@@ -141,9 +160,35 @@ class SharedSpark:
             return
         with self._batch_slots:  # jobs beyond the executor cores only thrash
             spark = self._session()
-            # Thread-local (pyspark pins a JVM thread to each Python thread): tags this batch's jobs.
-            spark.sparkContext.setJobGroup(_job_group(batch_id), f"rayflow batch {batch_id}", interruptOnCancel=True)
-            function(to_spark_dataframe(spark, table), batch_id)
+            done = self._start_writing([batch_id])
+            try:
+                # Thread-local (pyspark pins a JVM thread to each Python thread): tags this batch's jobs.
+                spark.sparkContext.setJobGroup(
+                    _job_group(batch_id), f"rayflow batch {batch_id}", interruptOnCancel=True
+                )
+                function(to_spark_dataframe(spark, table), batch_id)
+            finally:
+                self._stop_writing([batch_id], done)
+
+    def _start_writing(self, ids: list[int]) -> threading.Event:
+        """Mark ``ids`` as being written (so a cancel from now on keeps cancelling their jobs
+        until they end); ``BatchCancelled`` if the sink gave up on one of them already."""
+        with self._waiting_lock:
+            given_up = [batch_id for batch_id in ids if batch_id in self._cancelled]
+            if given_up:
+                for batch_id in given_up:  # its call came: nothing more to refuse
+                    del self._cancelled[batch_id]
+                raise BatchCancelled(f"batch {given_up[0]}: the sink gave up on it before it was written")
+            done = threading.Event()
+            self._writing.update(dict.fromkeys(ids, done))
+        return done
+
+    def _stop_writing(self, ids: list[int], done: threading.Event) -> None:
+        with self._waiting_lock:
+            for batch_id in ids:
+                self._writing.pop(batch_id, None)
+                self._cancelled.pop(batch_id, None)
+        done.set()
 
     def _write_together(self, writer: ParquetBatchWriter, table: pa.Table, batch_id: int) -> None:
         """Wait for a core; then write this batch and every other one waiting for the same path
@@ -165,11 +210,23 @@ class SharedSpark:
     def _write_group(self, writer: ParquetBatchWriter, group: list[_Waiting]) -> None:
         from ._arrow import to_spark_dataframe
 
+        with self._waiting_lock:
+            given_up = [waiting for waiting in group if waiting.batch_id in self._cancelled]
+            for waiting in given_up:
+                del self._cancelled[waiting.batch_id]
+        for waiting in given_up:
+            waiting.error = BatchCancelled(f"batch {waiting.batch_id}: the sink gave up on it before it was written")
+            waiting.done.set()
+        group = [waiting for waiting in group if waiting not in given_up]
+        if not group:
+            return
         job_group = _job_group(group[0].batch_id)
         ids = [waiting.batch_id for waiting in group]
         with self._waiting_lock:
             self._job_groups.update(dict.fromkeys(ids, job_group))
+        done: threading.Event | None = None
         try:
+            done = self._start_writing(ids)
             spark = self._session()
             spark.sparkContext.setJobGroup(job_group, f"rayflow batches {ids}", interruptOnCancel=True)
             frames = [(to_spark_dataframe(spark, waiting.table), waiting.batch_id) for waiting in group]
@@ -184,16 +241,34 @@ class SharedSpark:
             with self._waiting_lock:
                 for batch_id in ids:
                     self._job_groups.pop(batch_id, None)
+            if done is not None:
+                self._stop_writing(ids, done)
             for waiting in group:
                 waiting.done.set()
 
     def cancel_batch(self, batch_id: int) -> None:
         """Cancel the Spark jobs of a batch whose sink gave up waiting for it (and so those of
         the batches written together with it, which fail and are replayed)."""
-        if self._spark is not None:
-            with self._waiting_lock:
-                job_group = self._job_groups.get(batch_id, _job_group(batch_id))
-            self._spark.sparkContext.cancelJobGroup(job_group)
+        with self._waiting_lock:
+            self._cancelled[batch_id] = None
+            while len(self._cancelled) > REMEMBERED_CANCELS:
+                del self._cancelled[next(iter(self._cancelled))]
+            job_group = self._job_groups.get(batch_id, _job_group(batch_id))
+            running = self._writing.get(batch_id)
+        if self._spark is None:
+            return
+        self._spark.sparkContext.cancelJobGroup(job_group)
+        if running is not None:  # its call may start another job yet: cancel until it ends
+            threading.Thread(
+                target=self._keep_cancelling, args=(job_group, running), name=f"rayflow-cancel-{batch_id}", daemon=True
+            ).start()
+
+    def _keep_cancelling(self, job_group: str, running: threading.Event) -> None:
+        for _ in range(CANCEL_AGAIN_TIMES):
+            if running.wait(CANCEL_AGAIN_SECS) or self._spark is None:
+                return
+            with contextlib.suppress(Exception):
+                self._spark.sparkContext.cancelJobGroup(job_group)
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return fn(self._session(), *args, **kwargs)

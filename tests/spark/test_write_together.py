@@ -19,8 +19,9 @@ import pyarrow.dataset as pds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from rayflow.spark import _arrow as arrow_module  # noqa: E402
+from rayflow.spark import _shared as shared_module  # noqa: E402
 from rayflow.spark._parquet import ParquetBatchWriter  # noqa: E402
-from rayflow.spark._shared import SharedSpark  # noqa: E402
+from rayflow.spark._shared import BatchCancelled, SharedSpark  # noqa: E402
 from tests.conftest import eventually  # noqa: E402
 
 
@@ -44,8 +45,14 @@ class RecordingWriter(ParquetBatchWriter):
 
 
 class FakeSparkContext:
+    def __init__(self) -> None:
+        self.cancels: list[str] = []
+
     def setJobGroup(self, *args: Any, **kwargs: Any) -> None:  # noqa: N802 - pyspark's name
         pass
+
+    def cancelJobGroup(self, group: str) -> None:  # noqa: N802 - pyspark's name
+        self.cancels.append(group)
 
 
 @pytest.fixture
@@ -60,6 +67,8 @@ def shared(monkeypatch: pytest.MonkeyPatch) -> SharedSpark:
         _waiting_lock=threading.Lock(),
         _waiting={},
         _job_groups={},
+        _writing={},
+        _cancelled={},
     )
     return body
 
@@ -143,3 +152,35 @@ def test_spark_writes_batches_together_where_one_by_one_would_put_them(spark: An
 def _part(directory: str, values: list[int]) -> None:
     os.makedirs(directory)
     pq.write_table(pa.table({"x": values}), f"{directory}/part-0.parquet")
+
+
+def test_a_batch_given_up_on_before_its_call_starts_is_not_written(
+    shared: SharedSpark, pool: ThreadPoolExecutor, tmp_path: Path
+) -> None:
+    """The sink gave up on batch 7 (past its deadline) while the call was still on its way: the
+    call does not start a job that nobody waits for."""
+    written: list[int] = []
+    shared.cancel_batch(7)
+    with pytest.raises(BatchCancelled, match="batch 7"):
+        shared.foreach_batch(lambda df, batch_id: written.append(batch_id), table(7), 7)
+    assert written == [] and shared._cancelled == {} and shared._writing == {}
+
+
+def test_a_batch_given_up_on_while_written_has_its_jobs_cancelled_until_its_call_ends(
+    shared: SharedSpark, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cancelJobGroup`` stops only the jobs running then; a call that starts another job after
+    the cancel (or had not started its first yet) is cancelled again, until it returns."""
+    monkeypatch.setattr(shared_module, "CANCEL_AGAIN_SECS", 0.01)
+    context = shared._spark.sparkContext  # type: ignore[union-attr]
+    release = threading.Event()
+    call = pool.submit(shared.foreach_batch, lambda df, batch_id: release.wait(10), table(8), 8)
+    assert eventually(lambda: 8 in shared._writing)
+    shared.cancel_batch(8)
+    assert eventually(lambda: len(context.cancels) >= 3)
+    assert set(context.cancels) == {"rayflow-batch-8"}
+    release.set()
+    call.result(10)
+    assert shared._writing == {} and shared._cancelled == {}
+    settled = len(context.cancels)
+    assert not eventually(lambda: len(context.cancels) > settled, timeout=0.2)
