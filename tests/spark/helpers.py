@@ -46,6 +46,12 @@ class HangingWriter:
         write_parquet(self.path)(df, batch_id)
 
 
+def cancel_all_jobs(spark: Any) -> None:
+    """Cancel every Spark job of the shared Spark: after a test that started a job of hours, so
+    that whatever it left running never holds the executor core the next tests need."""
+    spark.sparkContext.cancelAllJobs()
+
+
 def record_rows(df: Any, batch_id: int) -> None:
     """Hand the batch's rows to the test's board (``tests.topology_helpers.Board`` named BOARD)."""
     board = ray.get_actor(BOARD, namespace=BOARD_NAMESPACE)

@@ -17,7 +17,16 @@ from rayflow.testing import FeederSpout
 
 from ..conftest import eventually
 from ..topology_helpers import Board
-from .helpers import BOARD, BOARD_NAMESPACE, FailingWriter, HangingWriter, numbers_spout, read_rows, record_rows
+from .helpers import (
+    BOARD,
+    BOARD_NAMESPACE,
+    FailingWriter,
+    HangingWriter,
+    cancel_all_jobs,
+    numbers_spout,
+    read_rows,
+    record_rows,
+)
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
@@ -124,6 +133,7 @@ class TestDataFrameSink:
             metrics = handle.metrics()
         finally:
             handle.kill()
+            spark(cancel_all_jobs)  # had the sink not cancelled it, the job of hours would hold Spark
         ids = {row[0] for row in spark(read_rows, str(tmp_path / "out"), ["id"])}
         assert ids == set(range(200))  # at least once: a row of a batch that timed out may come twice
         assert metrics["sink"]["errors"] >= 1 and "did not return within 4 s" in metrics["sink"]["last_error"]
