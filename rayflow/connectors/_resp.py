@@ -17,23 +17,23 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-__all__ = ["Incomplete", "Replies", "parse"]
+__all__ = ["Replies", "parse"]
 
 _CRLF = b"\r\n"
 RECV_BYTES = 1 << 18
 
 
-class Incomplete(Exception):
+class _Incomplete(Exception):
     """The buffer ends inside a reply: read more."""
 
 
 def parse(buf: bytes, pos: int) -> tuple[Any, int]:
-    """The reply that starts at ``buf[pos]`` and where the next one starts; ``Incomplete`` if
+    """The reply that starts at ``buf[pos]`` and where the next one starts; ``_Incomplete`` if
     ``buf`` does not hold all of it. An error reply is returned as a ``ResponseError`` (not
     raised: the caller decides, after it consumed the reply)."""
     end = buf.find(_CRLF, pos)
     if end < 0:
-        raise Incomplete
+        raise _Incomplete
     kind = buf[pos]
     if kind == 36:  # $ bulk string
         size = int(buf[pos + 1 : end])
@@ -41,7 +41,7 @@ def parse(buf: bytes, pos: int) -> tuple[Any, int]:
             return None, end + 2
         start = end + 2
         if start + size + 2 > len(buf):
-            raise Incomplete
+            raise _Incomplete
         return buf[start : start + size], start + size + 2
     if kind in (42, 126, 62):  # * array, ~ set, > push
         count = int(buf[pos + 1 : end])
@@ -54,7 +54,7 @@ def parse(buf: bytes, pos: int) -> tuple[Any, int]:
             if pos < size_of and buf[pos] == 36:  # a bulk string, inline: most elements are
                 end = find(_CRLF, pos)
                 if end < 0:
-                    raise Incomplete
+                    raise _Incomplete
                 size = int(buf[pos + 1 : end])
                 if size < 0:
                     append(None)
@@ -62,7 +62,7 @@ def parse(buf: bytes, pos: int) -> tuple[Any, int]:
                     continue
                 pos = end + 2 + size
                 if pos + 2 > size_of:
-                    raise Incomplete
+                    raise _Incomplete
                 append(buf[end + 2 : pos])
                 pos += 2
             else:
@@ -110,7 +110,7 @@ class Replies:
             if self._pos < len(self._buf) and not self._stalled:
                 try:
                     reply, self._pos = parse(self._buf, self._pos)
-                except Incomplete:
+                except _Incomplete:
                     self._stalled = True  # parse again only once more bytes arrived
                 else:
                     if self._pos == len(self._buf):

@@ -11,7 +11,7 @@ pytest.importorskip("redis")
 
 from redis.exceptions import ResponseError  # noqa: E402
 
-from rayflow.connectors._resp import Incomplete, Replies, parse  # noqa: E402
+from rayflow.connectors._resp import Replies, _Incomplete, parse  # noqa: E402
 
 XREADGROUP_RESP2 = (
     b"*1\r\n*2\r\n$6\r\norders\r\n*2\r\n"
@@ -41,7 +41,7 @@ def test_scalars_nulls_and_errors() -> None:
 
 def test_a_reply_cut_anywhere_is_incomplete() -> None:
     for cut in range(len(XREADGROUP_RESP2)):
-        with pytest.raises(Incomplete):
+        with pytest.raises(_Incomplete):
             parse(XREADGROUP_RESP2[:cut], 0)
 
 
