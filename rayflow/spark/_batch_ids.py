@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["BATCH_IDS_NAME", "BatchIds", "batch_id_counter"]
+__all__ = ["BATCH_IDS_NAME", "BatchIds", "batch_id_counter", "claim_batch_ids"]
 
 BATCH_IDS_NAME = "rayflow-batch-ids"
 """The counter actor's name, in the shared Spark's namespace (``rayflow``)."""
@@ -39,43 +39,22 @@ class BatchIds:
         return first
 
 
-class _Local:
-    """``BatchIds`` behind the same ``.claim_batch_ids.remote(n).future().result()`` a Ray
-    handle offers, for a process without Ray."""
+def claim_batch_ids(count: int) -> int:
+    """The first of ``count`` batch ids no one else got: from the cluster's counter, or from
+    this process's own when Ray is not initialized (a topology run in one process)."""
+    import ray
 
-    def __init__(self) -> None:
-        self.claim_batch_ids = _LocalMethod(BatchIds())
-
-
-class _LocalMethod:
-    def __init__(self, ids: BatchIds) -> None:
-        self._ids = ids
-
-    def remote(self, count: int) -> _Done:
-        return _Done(self._ids.claim_batch_ids(count))
-
-
-class _Done:
-    def __init__(self, value: int) -> None:
-        self._value = value
-
-    def future(self) -> Any:
-        from concurrent.futures import Future
-
-        done: Future[int] = Future()
-        done.set_result(self._value)
-        return done
+    if not ray.is_initialized():
+        return _process_counter().claim_batch_ids(count)
+    # A future, not ray.get: a sink task's ``prepare`` runs in an async actor.
+    first: int = batch_id_counter().claim_batch_ids.remote(count).future().result()
+    return first
 
 
 def batch_id_counter() -> Any:
-    """The handle of the cluster's counter (started if it is not running; it takes no CPU), or
-    this process's own when Ray is not initialized."""
-    import ray
-
+    """The handle of the cluster's counter actor, started if it is not running (it takes no CPU)."""
     from ._shared import SHARED_NAMESPACE
 
-    if not ray.is_initialized():
-        return _process_counter()
     return (
         _remote_class()
         .options(name=BATCH_IDS_NAME, namespace=SHARED_NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0)
@@ -84,8 +63,8 @@ def batch_id_counter() -> Any:
 
 
 @functools.cache
-def _process_counter() -> _Local:
-    return _Local()
+def _process_counter() -> BatchIds:
+    return BatchIds()
 
 
 @functools.cache

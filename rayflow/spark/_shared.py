@@ -160,7 +160,9 @@ class SharedSpark:
             return
         with self._batch_slots:  # jobs beyond the executor cores only thrash
             spark = self._session()
-            done = self._start_writing([batch_id])
+            refused, done = self._start_writing([batch_id])
+            if refused:
+                raise _given_up(batch_id)
             try:
                 # Thread-local (pyspark pins a JVM thread to each Python thread): tags this batch's jobs.
                 spark.sparkContext.setJobGroup(
@@ -170,18 +172,17 @@ class SharedSpark:
             finally:
                 self._stop_writing([batch_id], done)
 
-    def _start_writing(self, ids: list[int]) -> threading.Event:
-        """Mark ``ids`` as being written (so a cancel from now on keeps cancelling their jobs
-        until they end); ``BatchCancelled`` if the sink gave up on one of them already."""
+    def _start_writing(self, ids: list[int]) -> tuple[set[int], threading.Event]:
+        """The ids of ``ids`` the sink gave up on already (not to be written; their cancel is
+        spent), and the event set when the others are written: they are marked as being written
+        from now on, so a cancel keeps cancelling their jobs until they end."""
         with self._waiting_lock:
-            given_up = [batch_id for batch_id in ids if batch_id in self._cancelled]
-            if given_up:
-                for batch_id in given_up:  # its call came: nothing more to refuse
-                    del self._cancelled[batch_id]
-                raise BatchCancelled(f"batch {given_up[0]}: the sink gave up on it before it was written")
+            refused = {batch_id for batch_id in ids if batch_id in self._cancelled}
+            for batch_id in refused:
+                del self._cancelled[batch_id]
             done = threading.Event()
-            self._writing.update(dict.fromkeys(ids, done))
-        return done
+            self._writing.update((batch_id, done) for batch_id in ids if batch_id not in refused)
+        return refused, done
 
     def _stop_writing(self, ids: list[int], done: threading.Event) -> None:
         with self._waiting_lock:
@@ -210,23 +211,19 @@ class SharedSpark:
     def _write_group(self, writer: ParquetBatchWriter, group: list[_Waiting]) -> None:
         from ._arrow import to_spark_dataframe
 
-        with self._waiting_lock:
-            given_up = [waiting for waiting in group if waiting.batch_id in self._cancelled]
-            for waiting in given_up:
-                del self._cancelled[waiting.batch_id]
-        for waiting in given_up:
-            waiting.error = BatchCancelled(f"batch {waiting.batch_id}: the sink gave up on it before it was written")
-            waiting.done.set()
-        group = [waiting for waiting in group if waiting not in given_up]
+        refused, done = self._start_writing([waiting.batch_id for waiting in group])
+        for waiting in group:
+            if waiting.batch_id in refused:
+                waiting.error = _given_up(waiting.batch_id)
+                waiting.done.set()
+        group = [waiting for waiting in group if waiting.batch_id not in refused]
         if not group:
             return
         job_group = _job_group(group[0].batch_id)
         ids = [waiting.batch_id for waiting in group]
         with self._waiting_lock:
             self._job_groups.update(dict.fromkeys(ids, job_group))
-        done: threading.Event | None = None
         try:
-            done = self._start_writing(ids)
             spark = self._session()
             spark.sparkContext.setJobGroup(job_group, f"rayflow batches {ids}", interruptOnCancel=True)
             frames = [(to_spark_dataframe(spark, waiting.table), waiting.batch_id) for waiting in group]
@@ -241,8 +238,7 @@ class SharedSpark:
             with self._waiting_lock:
                 for batch_id in ids:
                     self._job_groups.pop(batch_id, None)
-            if done is not None:
-                self._stop_writing(ids, done)
+            self._stop_writing(ids, done)
             for waiting in group:
                 waiting.done.set()
 
@@ -320,6 +316,10 @@ def shared_spark(settings: SparkSettings | None = None, *, wait: bool = True) ->
                 "the shared Spark already runs with %s; asked for %s (stop_spark() to restart)", running, settings
             )
     return handle
+
+
+def _given_up(batch_id: int) -> BatchCancelled:
+    return BatchCancelled(f"batch {batch_id}: the sink gave up on it before it was written")
 
 
 def _job_group(batch_id: int) -> str:

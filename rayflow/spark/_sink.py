@@ -394,9 +394,9 @@ class DataFrameSink(Bolt):
         return batch_id
 
     def _claim_ids(self) -> None:
-        from ._batch_ids import batch_id_counter
+        from ._batch_ids import claim_batch_ids
 
-        first: int = batch_id_counter().claim_batch_ids.remote(BATCH_ID_BLOCK).future().result()
+        first = claim_batch_ids(BATCH_ID_BLOCK)
         self._ids = range(first, first + BATCH_ID_BLOCK)
 
     def _table(self, batch: Batch) -> tuple[pa.Table | None, list[Tuple]]:

@@ -157,7 +157,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def spark(monkeypatch: pytest.MonkeyPatch) -> FakeSpark:
     fake = FakeSpark()
     monkeypatch.setattr(shared_module, "shared_spark", lambda *args, **kwargs: fake)
-    monkeypatch.setattr(batch_ids_module, "batch_id_counter", lambda: fake)
+    monkeypatch.setattr(
+        batch_ids_module, "claim_batch_ids", lambda count: fake.claim_batch_ids.remote(count).future().result()
+    )
     return fake
 
 
