@@ -21,15 +21,17 @@ Which of the two a queue is shows on the first message that comes back from the 
 the header or without it); until then a fail hands the message back, which is exact either way
 (the redelivery carries the header, or it is a redelivery: one replay).
 
-How it stays off the event loop's back: pika's ``BlockingConnection`` is only ever asked to do
-non-blocking work (``process_data_events(time_limit=0)``), which also keeps the heartbeats going.
-Every use of the channel happens on the task's one thread (``next_tuple``, ``ack``, ``fail`` and
-the lifecycle calls). Connecting is not quick (a TCP connect, the AMQP handshake, opening the
-channel: seconds against a broker that does not answer), so after an outage the spout connects
-on a thread of its own and ``next_tuple`` only looks whether that is done; the connection is
-the task thread's alone from then on. The first connection is made in ``open``, which may
-wait for it. The broker pushes up to ``prefetch`` unacked messages, they wait in a
-local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per call.
+How it stays off the event loop's back: the connection is a ``QueueConsumer`` (``_amqp``), which
+reads deliveries straight off a non-blocking socket and writes acks without waiting (pika still
+reads the URL, so a URL means what it means to pika). Every use of the connection happens on the
+task's one thread (``next_tuple``, ``ack``, ``fail`` and the lifecycle calls). Connecting is not
+quick (a TCP connect, the AMQP handshake, opening the channel: seconds against a broker that does
+not answer), so after an outage the spout connects on a thread of its own and ``next_tuple`` only
+looks whether that is done; the connection is the task thread's alone from then on. The first
+connection is made in ``open``, which may wait for it; so may ``close`` (for the broker's
+``close-ok``, so that the last acks arrive). The broker pushes up to ``prefetch`` unacked
+messages, they wait in a local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per
+call.
 
 Broker acks go out in batches, since one ``basic_ack`` per message costs a socket write each:
 
@@ -62,15 +64,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pika
-import pika.exceptions
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.adapters.utils.connection_workflow import AMQPConnectorException
-from pika.spec import Basic, BasicProperties
 
 from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
+from ._amqp import ConsumerCancelled, Delivery, MessageProperties, QueueConsumer
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
@@ -117,10 +116,9 @@ DELIVERY_COUNT_HEADER = "x-delivery-count"
 """Set by quorum queues: how often the broker delivered the message before (nacked back, or
 unacked when its consumer went away)."""
 
-_Delivery = tuple[int, Basic.Deliver, BasicProperties, bytes]
-_BROKEN = (pika.exceptions.AMQPError, AMQPConnectorException, OSError)
-"""What a lost or refused connection raises (a broker that accepts and never answers ends in
-``AMQPConnectorStackTimeout``, one of pika's connection-workflow errors, not an ``AMQPError``)."""
+_BROKEN = (OSError,)
+"""What a lost or refused connection raises: the socket's errors, and ``QueueConsumer``'s own
+(``ConnectionError``s: lost, closed by the broker, consumer cancelled)."""
 
 
 class RabbitMQSpout(Spout):
@@ -196,15 +194,12 @@ class RabbitMQSpout(Spout):
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self._collector = collector
         self._prefetch = self.prefetch or _default_prefetch(conf.get("max_spout_pending"))
-        self._connection: BlockingConnection | None = None
-        self._channel: BlockingChannel | None = None
-        self._connecting: Future[tuple[BlockingConnection, BlockingChannel]] | None = None
+        self._connection: QueueConsumer | None = None
+        self._connecting: Future[QueueConsumer] | None = None
         """The connection being made on ``_connector``'s thread after an outage."""
         self._connector: ThreadPoolExecutor | None = None
-        self._consumer_tag: str | None = None
         self._generation = 0
-        self._cancelled_by_broker = False
-        self._buffer: deque[_Delivery] = deque()
+        self._buffer: deque[Delivery] = deque()
         self._open: set[int] = set()
         """Delivery tags of this channel neither acked nor failed (pending trees, the buffer)."""
         self._order: deque[int] = deque()
@@ -212,7 +207,7 @@ class RabbitMQSpout(Spout):
         ones are dropped, is the watermark."""
         self._to_ack: list[int] = []
         """Done tags not yet acked to the broker."""
-        self._held: dict[int, _Delivery] = {}
+        self._held: dict[int, Delivery] = {}
         """The emitted deliveries whose trees are pending, by tag: what a replay emits again."""
         self._replays: dict[int, int] = {}
         """Replays the spout made itself of its open tags (a classic queue)."""
@@ -230,19 +225,20 @@ class RabbitMQSpout(Spout):
         """Acks and fails dropped because their channel is gone (the broker redelivered them)."""
         where = f"RabbitMQSpout {self.queue!r} task {context.this_task_id} ({redact_url(self.url)})"
         self._outage = Outage(where, collector.report_error)
+        self._plain_body = self.fields == ("body",)
         try:
-            self._connected(*self._open_channel())
+            self._connected(self._open_channel())
         except _BROKEN as exc:
             self._lost(exc)
 
     def activate(self) -> None:
         self._active = True
-        if self._channel is not None and self._consumer_tag is None:
-            self._guard(self._consume)
+        if self._connection is not None and not self._connection.consuming:
+            self._guard(self._connection.consume, self.queue)
 
     def deactivate(self) -> None:
         self._active = False
-        if self._channel is not None and self._consumer_tag is not None:
+        if self._connection is not None and self._connection.consuming:
             self._guard(self._stop_consuming)
         self._guard(self._flush_acks, True)
 
@@ -261,7 +257,7 @@ class RabbitMQSpout(Spout):
             self._connector.shutdown(wait=False)
 
     def _disconnect(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
+        connection, self._connection = self._connection, None
         self._buffer.clear()
         self._open.clear()
         self._order.clear()
@@ -269,11 +265,8 @@ class RabbitMQSpout(Spout):
         self._replays.clear()
         self.stale_acks += len(self._to_ack)
         self._to_ack = []
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except _BROKEN as exc:
-                logger.debug("%s: close: %s", self._outage.where, exc)
+        if connection is not None:
+            connection.close()
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
@@ -284,26 +277,45 @@ class RabbitMQSpout(Spout):
             self._guard(self._flush_acks)
         buffer = self._buffer
         if not buffer and self._connection is not None:
-            self._guard(self._connection.process_data_events, time_limit=0)
-            if self._cancelled_by_broker:
-                self._lost(ConnectionError(f"the broker cancelled the consumer of queue {self.queue!r} (deleted?)"))
-                return
-        emit, held = self._collector.emit, self._held
+            self._receive(self._connection)
+        emit, held, generation = self._collector.emit, self._held, self._generation
         for _ in range(min(len(buffer), self._burst)):
             delivery = buffer.popleft()
-            generation, method, properties, body = delivery
-            held[method.delivery_tag] = delivery
-            emit(self._values(method, properties, body), msg_id=(generation, method.delivery_tag))
+            held[delivery.tag] = delivery
+            values = [text_or_bytes(delivery.body)] if self._plain_body else self._values(delivery)
+            emit(values, msg_id=(generation, delivery.tag))
 
-    def _values(self, method: Basic.Deliver, properties: BasicProperties, body: bytes) -> list[Any]:
+    def _receive(self, connection: QueueConsumer) -> None:
+        """Take what the broker delivered into the buffer (never waits)."""
+        try:
+            deliveries = connection.poll()
+        except ConsumerCancelled:
+            self._lost(ConnectionError(f"the broker cancelled the consumer of queue {self.queue!r} (deleted?)"))
+            return
+        except _BROKEN as exc:
+            self._lost(exc)
+            return
+        if not deliveries:
+            return
+        if self._broker_counts is None:
+            for delivery in deliveries:
+                if delivery.redelivered:
+                    self._broker_counts = _delivery_count(delivery.properties) is not None
+                    break
+        tags = [delivery.tag for delivery in deliveries]
+        self._buffer.extend(deliveries)
+        self._open.update(tags)
+        self._order.extend(tags)
+
+    def _values(self, delivery: Delivery) -> list[Any]:
         values: list[Any] = []
         for field in self.fields:
             if field == "body":
-                values.append(text_or_bytes(body))
+                values.append(text_or_bytes(delivery.body))
             elif field in ("routing_key", "exchange", "redelivered"):
-                values.append(getattr(method, field))
+                values.append(getattr(delivery, field))
             else:
-                values.append(getattr(properties, field))
+                values.append(getattr(delivery.properties, field))
         return values
 
     # -- results ------------------------------------------------------------------------------
@@ -326,16 +338,15 @@ class RabbitMQSpout(Spout):
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """Replay the message (whatever the reason), or dead-letter it after ``max_replays``."""
         generation, tag = msg_id
-        if self._channel is None or generation != self._generation or tag not in self._open:
+        if self._connection is None or generation != self._generation or tag not in self._open:
             self.stale_acks += 1
             return
         delivery = self._held.pop(tag, None)
         if delivery is None:  # not emitted (a replay waiting in the buffer): nothing pending
             self.stale_acks += 1
             return
-        _, method, properties, _ = delivery
-        counted = _delivery_count(properties)
-        replays = (int(method.redelivered) if counted is None else counted) + self._replays.get(tag, 0)
+        counted = _delivery_count(delivery.properties)
+        replays = (int(delivery.redelivered) if counted is None else counted) + self._replays.get(tag, 0)
         if self.max_replays is not None and replays >= self.max_replays:
             self._dead_letter(delivery, replays, reason)
         elif self._broker_counts is False:
@@ -343,15 +354,14 @@ class RabbitMQSpout(Spout):
             self._buffer.appendleft(delivery)
         else:  # the broker counts, or may: give it back
             self._close_tag(tag)
-            self._guard(self._channel.basic_nack, tag, requeue=True)
+            self._guard(self._connection.nack, tag, requeue=True)
 
-    def _dead_letter(self, delivery: _Delivery, replays: int, reason: str) -> None:
-        _, method, properties, _ = delivery
-        tag = method.delivery_tag
+    def _dead_letter(self, delivery: Delivery, replays: int, reason: str) -> None:
+        tag, properties = delivery.tag, delivery.properties
         self._close_tag(tag)
         self._replays.pop(tag, None)
-        assert self._channel is not None
-        if not self._guard(self._channel.basic_reject, tag, requeue=False):
+        assert self._connection is not None
+        if not self._guard(self._connection.reject, tag, requeue=False):
             return  # the connection is gone: the broker requeues the message
         self._collector.count("dead_lettered")
         logger.warning(
@@ -375,7 +385,7 @@ class RabbitMQSpout(Spout):
         """Ack the done tags: one ``multiple=True`` ack up to the highest below the watermark,
         and those above it each on its own once they waited too long or too many wait (or
         ``everything``: deactivating or closing)."""
-        if not self._to_ack or self._channel is None:
+        if not self._to_ack or self._connection is None:
             return
         now = time.monotonic()
         self._flushed_at = now
@@ -385,12 +395,12 @@ class RabbitMQSpout(Spout):
         else:
             below = [tag for tag in self._to_ack if tag < watermark]
             above = [tag for tag in self._to_ack if tag > watermark] if len(below) < len(self._to_ack) else []
-        channel = self._channel
+        connection = self._connection
         if below:
-            channel.basic_ack(max(below), multiple=True)
+            connection.ack(max(below), multiple=True)
         if above and (everything or len(above) >= self._hold_cap or now - (self._held_since or now) >= ACK_HOLD_SECS):
             for tag in above:
-                channel.basic_ack(tag)
+                connection.ack(tag)
             above = []
         self._to_ack = above
         self._held_since = (self._held_since or now) if above else 0.0
@@ -409,70 +419,35 @@ class RabbitMQSpout(Spout):
             return
         made, self._connecting = self._connecting, None
         try:
-            connection, channel = made.result()
+            connection = made.result()
         except _BROKEN as exc:
             self._lost(exc)
             return
-        self._connected(connection, channel)
+        self._connected(connection)
 
-    def _open_channel(self) -> tuple[BlockingConnection, BlockingChannel]:
+    def _open_channel(self) -> QueueConsumer:
         """Connect, open the channel, set its prefetch, declare the queue if asked: everything
         that waits for the broker (on the connector's thread, but for the first time in ``open``)."""
-        connection = pika.BlockingConnection(_parameters(self.url))
-        try:
-            channel = connection.channel()
-            channel.basic_qos(prefetch_count=self._prefetch)
-            if self.declare:
-                channel.queue_declare(self.queue, durable=True)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                connection.close()
-            raise
-        return connection, channel
+        return QueueConsumer.connect(_parameters(self.url), self.queue, self._prefetch, declare=self.declare)
 
-    def _connected(self, connection: BlockingConnection, channel: BlockingChannel) -> None:
+    def _connected(self, connection: QueueConsumer) -> None:
         """Make a new connection the spout's (on the task's thread): a new channel generation,
         consuming if the spout is active."""
-        try:
-            self._connection, self._channel = connection, channel
-            self._channel.add_on_cancel_callback(self._on_broker_cancel)
-            self._generation += 1
-            self._consumer_tag = None
-            self._cancelled_by_broker = False
-            if self._active:
-                self._consume()
-        except _BROKEN as exc:
-            self._lost(exc)
+        self._connection = connection
+        self._generation += 1
+        if self._active and not self._guard(connection.consume, self.queue):
             return
         self._outage.recovered()
 
-    def _consume(self) -> None:
-        generation = self._generation
-
-        def deliver(_: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes) -> None:
-            if self._broker_counts is None and method.redelivered:
-                self._broker_counts = _delivery_count(properties) is not None
-            self._buffer.append((generation, method, properties, body))
-            self._open.add(method.delivery_tag)
-            self._order.append(method.delivery_tag)
-
-        assert self._channel is not None
-        self._consumer_tag = self._channel.basic_consume(self.queue, deliver, auto_ack=False)
-
-    def _on_broker_cancel(self, _: object) -> None:
-        """The queue was deleted (or the node holding it went away): start over, as after an outage."""
-        self._cancelled_by_broker = True
-
     def _stop_consuming(self) -> None:
-        assert self._channel is not None and self._consumer_tag is not None
-        self._channel.basic_cancel(self._consumer_tag)
-        self._consumer_tag = None
+        """Stop the deliveries and hand the buffered messages back to the queue."""
+        assert self._connection is not None
+        self._connection.cancel()
         while self._buffer:
-            generation, method, _, _ = self._buffer.popleft()
-            if generation == self._generation:
-                self._close_tag(method.delivery_tag)
-                self._replays.pop(method.delivery_tag, None)
-                self._channel.basic_nack(method.delivery_tag, requeue=True)
+            tag = self._buffer.popleft().tag
+            self._close_tag(tag)
+            self._replays.pop(tag, None)
+            self._connection.nack(tag, requeue=True)
 
     def _guard(self, action: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
         """Run a broker call; a broken connection starts an outage instead of raising (and
@@ -487,17 +462,16 @@ class RabbitMQSpout(Spout):
     def _lost(self, exc: BaseException) -> None:
         """Forget the connection and what it delivered (the broker requeues those messages)."""
         self._disconnect()
-        self._consumer_tag = None
         self._outage.failed(exc)
 
 
-def _close_made(made: Future[tuple[BlockingConnection, BlockingChannel]]) -> None:
+def _close_made(made: Future[QueueConsumer]) -> None:
     """Close a connection that was made for a spout closed meanwhile."""
     with contextlib.suppress(Exception):
-        made.result()[0].close()
+        made.result().close()
 
 
-def _delivery_count(properties: BasicProperties) -> int | None:
+def _delivery_count(properties: MessageProperties) -> int | None:
     """The broker's count of earlier deliveries of a message (``None``: it keeps none)."""
     headers = properties.headers
     count = headers.get(DELIVERY_COUNT_HEADER) if headers else None

@@ -27,16 +27,16 @@ def opened(queue: str, prefetch: int | None = None, url: str = RABBITMQ_URL) -> 
 
 
 def broker_acks(spout: Any) -> list[tuple[int, bool]]:
-    """Record every ``basic_ack`` the spout sends from now on, as (delivery tag, multiple)."""
+    """Record every ``basic.ack`` the spout sends from now on, as (delivery tag, multiple)."""
     sent: list[tuple[int, bool]] = []
-    channel = spout._channel
-    real = channel.basic_ack
+    connection = spout._connection
+    real = connection.ack
 
-    def basic_ack(delivery_tag: int = 0, multiple: bool = False) -> None:
+    def ack(delivery_tag: int, multiple: bool = False) -> None:
         sent.append((delivery_tag, multiple))
         real(delivery_tag, multiple)
 
-    channel.basic_ack = basic_ack
+    connection.ack = ack
     return sent
 
 

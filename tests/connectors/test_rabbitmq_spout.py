@@ -212,7 +212,7 @@ class TestFaults:
         name = unique("declared-queue")
         spout, collector = opened(name, declare=True)
         try:
-            assert drive(spout, collector, lambda: spout._channel is not None, timeout=5)
+            assert drive(spout, collector, lambda: spout._connection is not None, timeout=5)
             assert collector.errors == []
             publish(name, "hello")
             assert drive(spout, collector, lambda: len(collector.emitted) == 1)
