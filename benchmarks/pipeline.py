@@ -167,7 +167,10 @@ def run_topology(cluster: LocalCluster, broker: Broker, edge: str, n: int, out: 
         started = time.perf_counter()
         handle.activate()
         deadline = started + 900
-        while handle.metrics()["source"]["acked"] < n or not source.drained():
+        from benchmarks.brokers import wait_for_acks
+
+        wait_for_acks(handle, n, started, deadline, f"{broker.name} {edge}")
+        while not source.drained():  # the broker hears of the last acks at the spout's next flush
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{broker.name} {edge}: not drained after 900 s")
             time.sleep(0.005)
