@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import pika
 import pika.credentials
+import pika.tcp_socket_opts
 
 __all__ = [
     "BrokerClosed",
@@ -173,12 +174,29 @@ class QueueConsumer:
     def connect(cls, params: pika.URLParameters, queue: str, prefetch: int, *, declare: bool = False) -> QueueConsumer:
         """Connect and open channel 1 with ``prefetch`` (``basic.qos``), and declare ``queue``:
         durable if asked, else passively (a missing queue fails the connect, with the broker's
-        404). Waits; raises a ``ConnectionError`` (or another ``OSError``)."""
+        404). Waits; raises a ``ConnectionError`` (or another ``OSError``). A refused or lost
+        connection is tried again ``connection_attempts`` times in all, ``retry_delay`` apart,
+        as pika does; the broker's own refusal (``BrokerClosed``) is not."""
+        attempts = max(1, int(params.connection_attempts or 1))
+        for attempt in range(1, attempts + 1):
+            try:
+                return cls._connect_once(params, queue, prefetch, declare)
+            except BrokerClosed:
+                raise
+            except OSError:
+                if attempt == attempts:
+                    raise
+                time.sleep(float(params.retry_delay or 0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @classmethod
+    def _connect_once(cls, params: pika.URLParameters, queue: str, prefetch: int, declare: bool) -> QueueConsumer:
         timeout = float(params.socket_timeout or 10.0)
         deadline = time.monotonic() + float(params.stack_timeout or 2 * timeout)
         sock = socket.create_connection((params.host, params.port), timeout=timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pika.tcp_socket_opts.set_sock_opts(params.tcp_options, sock)
             if params.ssl_options is not None:
                 options = params.ssl_options
                 sock = options.context.wrap_socket(sock, server_hostname=options.server_hostname or params.host)
