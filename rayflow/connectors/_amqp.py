@@ -26,9 +26,9 @@ The contract:
   socket closed with unread data is reset, and what it had not sent is lost).
 - A broken connection raises ``ConnectionLost``; the broker closing the channel or the
   connection raises ``BrokerClosed`` with its reply code and text; the broker cancelling the
-  consumer (its queue deleted) raises ``ConsumerCancelled``. All three are ``ConnectionError``:
-  after any of them the consumer is dead, and the broker requeues every message it had not
-  heard an ack for.
+  consumer (its queue deleted) raises ``ConsumerCancelled``. All three are ``AmqpError``s
+  (a ``RayflowError`` and a ``ConnectionError``): after any of them the consumer is dead, and
+  the broker requeues every message it had not heard an ack for.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ import pika
 import pika.credentials
 import pika.tcp_socket_opts
 
+from .._errors import RayflowError
+
 __all__ = [
+    "AmqpError",
     "BrokerClosed",
     "ConnectionLost",
     "ConsumerCancelled",
@@ -102,11 +105,16 @@ _SETTLE = struct.Struct(">BHIHHQBB")
 _HEARTBEAT = bytes([_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, _FRAME_END])
 
 
-class ConnectionLost(ConnectionError):
+class AmqpError(RayflowError, ConnectionError):
+    """The connection to the broker is over. A ``ConnectionError`` too, so that whatever
+    handles a lost socket handles these."""
+
+
+class ConnectionLost(AmqpError):
     """The socket closed, failed, timed out, or carried something that is not AMQP 0-9-1."""
 
 
-class BrokerClosed(ConnectionError):
+class BrokerClosed(AmqpError):
     """The broker closed the channel or the connection, and said why."""
 
     def __init__(self, what: str, code: int, text: str) -> None:
@@ -115,7 +123,7 @@ class BrokerClosed(ConnectionError):
         self.text = text
 
 
-class ConsumerCancelled(ConnectionError):
+class ConsumerCancelled(AmqpError):
     """The broker cancelled the consumer: its queue was deleted, or the node holding it left."""
 
 
