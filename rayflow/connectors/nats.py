@@ -17,42 +17,56 @@ memory, so nothing is lost when a spout dies:
   ``subject``, ``ack_wait`` the topology's message timeout and a quarter, ``max_ack_pending``
   ``max_spout_pending`` and a quarter); one that exists is used as it is. The stream must exist.
 
-How it stays off the event loop's back: nats-py is asyncio, and ``next_tuple`` is a plain call
-on the task's own loop, which must never wait for the broker. So the client runs on an event
-loop of its own, in a thread the spout starts at ``open`` (the same on Ray, in the in-process
-runner and in a test): while the buffer runs low it sends a pull request for ``batch``
-messages (JetStream's ``CONSUMER.MSG.NEXT``, answered to an inbox whose callback fills the
-buffer), ``next_tuple`` emits from the buffer (up to ``EMIT_BURST`` per call), and acks, naks,
-terms and ``in_progress`` are handed to the client's loop in batches, so a message costs the
-task a list append, and a batch one wake-up of the client thread. A lost connection is
-retried by nats-py; a refused first connect, a missing stream or consumer is retried with
-backoff; either is reported once per outage (``collector.report_error``, from the task).
+How it stays off the event loop's back and cheap per message: the spout speaks NATS's protocol
+itself (``_nats_wire``, ``_nats_conn``) on the task's own thread, over a socket it reads
+without waiting; no client library, no event loop, no thread per message. While the buffer
+runs low it sends a pull request for ``batch`` messages (JetStream's ``CONSUMER.MSG.NEXT``,
+answered to the connection's inbox; a status message ends it), ``next_tuple`` takes what
+arrived and emits from the buffer (up to ``EMIT_BURST`` per call). A message is a tuple of its
+subject, reply subject and bytes; its reply subject is the ``msg_id``, and says how often it
+was delivered and its stream sequence. Acks, naks, terms and ``in_progress`` are ``PUB``s to
+that subject, written together in one ``send`` (``ACK_BATCH`` of them, or every
+``ACK_LINGER_SECS``); what the socket does not take at once waits for the next write, so a
+server that reads acks slower than they come does not stall the task (one that reads nothing
+at all is taken for gone once megabytes wait, after ``SOCKET_TIMEOUT_SECS``).
+
+Connecting waits for the server (TCP, TLS, ``CONNECT``, the consumer's info or its creation),
+so it runs on a thread of its own, the first time and after an outage, and ``next_tuple`` only
+looks whether it is done; the connection is the task thread's alone from then on. A lost
+connection, a refused connect, a missing stream are retried with backoff (``_outage``) and
+reported once per outage (``collector.report_error``); a pull request unanswered long after
+its ``expires`` has the consumer looked up, and a server that answers neither is taken for
+gone. Acks not written yet when a connection is lost go out on the next one (a JetStream ack
+may come from any connection); those the lost socket had taken are lost with it, and their
+messages come again after ``ack_wait`` (at-least-once). Messages in the buffer stay there.
+The socket is read by ``next_tuple`` only: a spout deactivated for longer than the server's
+ping allowance (two ``ping_interval``s, four minutes by default) finds its connection closed
+when it is activated again, and connects again (reported as an outage).
+
+URLs: ``nats://`` or ``tls://`` (always TLS: ``ssl.create_default_context()``, the host name
+checked, ``SSL_CERT_FILE`` for a private CA; a ``nats://`` server that requires TLS gets it
+too), with ``user:password@`` or a token as ``token@``. One server: the cluster's other
+servers that ``INFO`` lists are not tried.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import logging
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
-
-import nats
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header, StatusCode
-from nats.js.client import JetStreamContext
 
 from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
+from ._nats_conn import API_SID, PULL_SID, Connection, api_answer, connect
+from ._nats_wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, status
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
@@ -72,30 +86,34 @@ EMIT_BURST = 64
 the executor checks the pending budget between calls."""
 ACK_BATCH = 500
 ACK_LINGER_SECS = 0.01
-"""Acks are handed to the client thread when this many wait, or this long after the previous
-hand-over (checked on every ack and ``next_tuple``)."""
+"""Acks are written when this many wait, or this long after the previous write (checked on
+every ack and ``next_tuple``)."""
 FETCH_WAIT_SECS = 1.0
 """How long one pull request waits for messages when the stream has too few (its ``expires``)."""
 REQUEST_SLACK_SECS = 1.0
-"""A pull request that has not ended this long after its ``expires`` is taken for lost."""
-STATUS_HEADER = Header.STATUS
-DESCRIPTION_HEADER = Header.DESCRIPTION
-HEARTBEAT_STATUS = StatusCode.CONTROL_MESSAGE
-REQUEST_OVER_STATUSES = (StatusCode.NO_MESSAGES, StatusCode.REQUEST_TIMEOUT, StatusCode.CONFLICT)
-"""Status messages that end a pull request and are no fault: no messages (404), ``expires``
-reached (408), and the conflicts (409) a request can meet, such as too many acks pending."""
+"""A pull request that has not ended this long after its ``expires`` is taken for lost, and the
+consumer is looked up; a lookup unanswered this long means the server is gone."""
+CONFLICT_PAUSE_SECS = 0.01
+"""After a pull request ended in a conflict (409: too many acks pending, say), the next one waits
+this long: asking again at once would only get the same answer."""
+OVER = (404, 408, 409)
+"""Statuses that end a pull request and are no fault: no messages (404), ``expires`` reached
+(408), and the conflicts (409) a request can meet, such as too many acks pending."""
+HEARTBEAT = 100
 ACK_WAIT_SLACK = 1.25
 """The ``ack_wait`` of a consumer the spout creates: the topology's message timeout times this,
 so a tree times out in rayflow before JetStream redelivers its message."""
 PENDING_SLACK = 1.25
 UNBOUNDED_ACK_PENDING = 20_000
 """A created consumer's ``max_ack_pending``: ``max_spout_pending`` and a quarter, or this."""
-CONNECT_TIMEOUT_SECS = 3.0
+SOCKET_TIMEOUT_SECS = 3.0
+"""The longest connecting, one API call or one write waits for the server."""
 CLOSE_TIMEOUT_SECS = 5.0
-"""The longest ``close`` waits for the client to send what waits and disconnect."""
-
-_Op = tuple[str, Msg]
-"""A settlement for the client thread: ``("ack" | "nak" | "term" | "in_progress", message)``."""
+"""The longest ``close`` waits for the server to take what the spout sends last."""
+CONSUMER_NOT_FOUND = 10014
+_BROKEN = (OSError, NatsError, ValueError)
+"""What a connection can fail with: the socket's errors, the server's refusals, and JSON that
+does not parse."""
 
 
 class NatsJetStreamSpout(Spout):
@@ -108,6 +126,7 @@ class NatsJetStreamSpout(Spout):
       (``dead_lettered``) and logged with the message's stream sequence and the last fail's
       reason. The count is the server's (``num_delivered``): it survives restarts (a message
       a dead task held counts one delivery more, as its tree was lost).
+    - ``url``: ``nats://`` or ``tls://``, with ``user:password@`` or ``token@``.
     - ``subject`` filters the stream (a consumer created by the spout only).
     - ``fields`` names the output fields, each one of ``MESSAGE_FIELDS``.
     - ``batch``: messages per pull request.
@@ -136,9 +155,12 @@ class NatsJetStreamSpout(Spout):
                     f"got {value!r}"
                 )
         where = f"NatsJetStreamSpout {stream!r}"
-        if scheme(url) not in ("nats", "tls", "ws", "wss"):
-            raise ConfigError(f"{where}: url must be a nats://, tls://, ws:// or wss:// URL, got {url_scheme(url)}")
-        if subject is not None and (not isinstance(subject, str) or not subject):
+        if scheme(url) not in ("nats", "tls"):
+            raise ConfigError(
+                f"{where}: url must be a nats:// or tls:// URL (the spout speaks NATS over TCP; no websockets), "
+                f"got {url_scheme(url)}"
+            )
+        if subject is not None and (not isinstance(subject, str) or not subject or " " in subject):
             raise ConfigError(f"{where}: subject must be a non-empty subject (or None for all), got {subject!r}")
         if isinstance(fields, str) or not fields:
             raise ConfigError(f"{where}: fields must be a non-empty list of names, got {fields!r}")
@@ -158,7 +180,7 @@ class NatsJetStreamSpout(Spout):
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(list(self.fields))
 
-    # -- lifecycle (the task's thread) --------------------------------------------------------
+    # -- lifecycle ----------------------------------------------------------------------------
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self._collector = collector
         pending_cap = conf.get("max_spout_pending")
@@ -166,314 +188,323 @@ class NatsJetStreamSpout(Spout):
         self._burst = max(1, min(EMIT_BURST, pending_cap // 64)) if pending_cap else EMIT_BURST
         self._ack_wait = ACK_WAIT_SLACK * float(conf.get("message_timeout_secs") or 30.0)
         self._max_ack_pending = int(pending_cap * PENDING_SLACK) if pending_cap else UNBOUNDED_ACK_PENDING
-        self._buffer: deque[Msg] = deque()
-        """Fetched by the client thread, not emitted yet."""
-        self._young: dict[str, Msg] = {}
-        self._old: dict[str, Msg] = {}
-        """Emitted messages whose trees are pending, by reply subject (the ``msg_id``): those
-        emitted since the last sweep, and those held since before it (``_sweep``)."""
-        self._ops: list[_Op] = []
-        self._handed_at = time.monotonic()
+        self._values = _value_maker(self.fields, self.stream)
+        self._conn: Connection | None = None
+        self._connecting: Future[Connection] | None = None
+        """The connection being made on ``_connector``'s thread."""
+        self._connector: ThreadPoolExecutor | None = None
+        self._pull = b""
+        """The pull request of the current connection (its inbox is the connection's)."""
+        self._requested = 0
+        """Messages the pull request under way may still bring (0: none under way)."""
+        self._requested_at = 0.0
+        self._pull_at = 0.0
+        self._looked_up_at: float | None = None
+        """When the consumer was looked up after a pull request went unanswered."""
+        self._buffer: deque[Message] = deque()
+        """Arrived, not emitted yet."""
+        self._young: dict[str, str] = {}
+        self._old: dict[str, str] = {}
+        """Emitted messages whose trees are pending, reply subject (the ``msg_id``) to subject:
+        those emitted since the last sweep, and those held since before it (``_sweep``)."""
+        self._out: list[str] = []
+        """Acks, naks, terms and ``in_progress`` not written yet."""
+        self._written_at = time.monotonic()
         self._sweep_every = self._ack_wait / 4.0
         self._sweep_at = time.monotonic() + self._sweep_every
-        self._errors: deque[BaseException] = deque()
         self._active = True
-        self._stopping = False
         self.replayed = 0
         """Messages failed and handed back for redelivery (``nak``)."""
         collector.count("dead_lettered", 0)
         self._outage = Outage(
             f"NatsJetStreamSpout {self.stream!r} consumer {self.durable!r} task {context.this_task_id} "
             f"({redact_url(self.url)})",
-            self._errors.append,
+            collector.report_error,
         )
-        self._loop = asyncio.new_event_loop()
-        self._room = asyncio.Event()
-        self._room_asked = False
-        self._requested = 0
-        """Messages the pull request under way may still bring (the client thread's)."""
-        self._shut = asyncio.Event()
-        self._client: Client | None = None
-        self._thread = threading.Thread(target=self._run_client, name=f"nats-{self.stream}", daemon=True)
-        self._thread.start()
+        self._reconnect()
 
     def activate(self) -> None:
         self._active = True
-        self._ask_for_room()
 
     def deactivate(self) -> None:
         """Stop pulling; what was pulled waits for ``activate``. The acks waiting go out."""
         self._active = False
-        self._hand_over()
+        self._write()
 
     def close(self) -> None:
-        """Send what waits (buffered messages are ``nak``-ed, to come again at once), then
-        disconnect; the server redelivers the pending trees' messages after ``ack_wait``."""
-        self._stopping = True
-        self._ops += [("nak", msg) for msg in self._buffer]
+        """Send what waits (buffered messages are ``nak``-ed, to come again at once), wait until
+        the server has it (``CLOSE_TIMEOUT_SECS`` at most), then disconnect; the server
+        redelivers the pending trees' messages after ``ack_wait``."""
+        self._active = False
+        self._out += [_nak(msg.reply) for msg in self._buffer if msg.reply]
         self._buffer.clear()
-        ops, self._ops = self._ops, []
-        if not self._loop.is_closed():
-            future = asyncio.run_coroutine_threadsafe(self._shutdown(ops), self._loop)
+        conn, self._conn = self._conn, None
+        if conn is not None:
             try:
-                future.result(timeout=CLOSE_TIMEOUT_SECS)
-            except Exception as exc:  # closing must finish whatever the client says
+                self._drain(conn)
+            except _BROKEN as exc:
                 logger.warning("%s: close: %s: %s", self._outage.where, type(exc).__name__, exc)
-        self._thread.join(timeout=CLOSE_TIMEOUT_SECS)
+            conn.close()
+        if self._connecting is not None:  # a connection made after close is closed at once
+            self._connecting.add_done_callback(_close_made)
+            self._connecting = None
+        if self._connector is not None:
+            self._connector.shutdown(wait=False)
+
+    def _drain(self, conn: Connection) -> None:
+        """``close``'s last words. The pull request under way is let end first (``expires`` at
+        most), its messages joining the ``nak``s: the server would redeliver a message
+        ``nak``-ed while the request is open to that very request, that is to no one. Then the
+        pull inbox is dropped, and what waits is written with a ``PING``, whose ``PONG`` says
+        the server has it all."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT_SECS
+
+        def request_over(frame: Any) -> bool:
+            if frame.__class__ is Message and frame.sid == PULL_SID:
+                code = status(frame.headers)[0]
+                if code == 0 and frame.reply:
+                    self._out.append(_nak(frame.reply))
+                    self._requested -= 1
+                elif code in OVER:
+                    self._requested = 0
+            return self._requested <= 0
+
+        if self._requested > 0:
+            try:
+                conn.wait_for(request_over, FETCH_WAIT_SECS + REQUEST_SLACK_SECS)
+            except TimeoutError:
+                logger.debug("%s: the last pull request did not end before close", self._outage.where)
+        out, self._out = self._out, []
+        conn.send(f"UNSUB {PULL_SID}\r\n".encode() + "".join(out).encode() + b"PING\r\n")
+        conn.wait_for(lambda frame: frame == PONG, max(0.0, deadline - time.monotonic()))
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
-        while self._errors:
-            self._collector.report_error(self._errors.popleft())
-        now = time.monotonic()
-        if self._ops and now - self._handed_at >= ACK_LINGER_SECS:
-            self._hand_over()
-        if now >= self._sweep_at:
-            self._sweep(now)
+        conn = self._conn
+        if conn is None:
+            self._reconnect()
+        else:
+            now = time.monotonic()
+            if (self._out or conn.unsent) and now - self._written_at >= ACK_LINGER_SECS:
+                self._write()
+            if now >= self._sweep_at:
+                self._sweep(now)
+            if len(self._buffer) < self._fetch:
+                self._receive(now)
         buffer = self._buffer
         if not buffer:
-            self._ask_for_room()
             return
-        emit, young = self._collector.emit, self._young
+        emit, young, values = self._collector.emit, self._young, self._values
         for _ in range(min(len(buffer), self._burst)):
             msg = buffer.popleft()
-            young[msg.reply] = msg
-            emit(self._values(msg), msg_id=msg.reply)
-        if len(buffer) < self._fetch:
-            self._ask_for_room()
+            reply = msg.reply
+            young[reply] = msg.subject  # type: ignore[index]
+            emit(values(msg), msg_id=reply)
 
-    def _values(self, msg: Msg) -> list[Any]:
-        values: list[Any] = []
-        for field in self.fields:
-            if field == "data":
-                values.append(text_or_bytes(msg.data))
-            elif field == "subject":
-                values.append(msg.subject)
-            elif field == "headers":
-                values.append(dict(msg.headers) if msg.headers else None)
-            elif field == "sequence":
-                values.append(msg.metadata.sequence.stream)
-            elif field == "num_delivered":
-                values.append(msg.metadata.num_delivered)
-            else:
-                values.append(self.stream)
-        return values
+    def _receive(self, now: float) -> None:
+        """Take the frames that arrived: messages into the buffer, the pull request's end; send
+        the next pull request when the buffer runs low."""
+        conn = self._conn
+        assert conn is not None
+        try:
+            for frame in conn.receive():
+                if frame.__class__ is Message:
+                    if frame.sid == PULL_SID:
+                        if frame.headers is None:
+                            self._buffer.append(frame)
+                            self._requested -= 1
+                        else:
+                            self._status(frame, now)
+                    elif frame.sid == API_SID:
+                        api_answer("the consumer's lookup", frame)
+                        self._looked_up_at = None
+                        self._requested = 0  # it exists: the request was lost, ask again
+                elif isinstance(frame, Err):
+                    raise NatsError(f"the server said: {frame.text}")
+            if self._requested > 0:
+                if now - self._requested_at > FETCH_WAIT_SECS + REQUEST_SLACK_SECS:
+                    self._look_up(conn, now)
+            elif self._active and len(self._buffer) < self._fetch and now >= self._pull_at:
+                conn.send(self._pull)
+                self._requested, self._requested_at = self._fetch, now
+        except _BROKEN as exc:
+            self._broken(exc)
+
+    def _status(self, msg: Message, now: float) -> None:
+        code, description = status(msg.headers)
+        if code == 0:  # a message with headers of its own
+            self._buffer.append(msg)
+            self._requested -= 1
+        elif code in OVER:
+            self._requested = 0
+            if code == 409:
+                self._pull_at = now + CONFLICT_PAUSE_SECS
+        elif code != HEARTBEAT:
+            raise NatsError(f"a pull request ended with status {code} {description}", code)
+
+    def _look_up(self, conn: Connection, now: float) -> None:
+        """The pull request is long overdue: is the consumer there (its answer: ``_receive``)?
+        Unanswered too, the server is gone."""
+        if self._looked_up_at is None:
+            self._looked_up_at = now
+            conn.send(pub(f"$JS.API.CONSUMER.INFO.{self.stream}.{self.durable}", b"", conn.api_inbox))
+        elif now - self._looked_up_at > REQUEST_SLACK_SECS:
+            raise TimeoutError(f"no answer from the NATS server in {FETCH_WAIT_SECS + 2 * REQUEST_SLACK_SECS:g} s")
 
     def _sweep(self, now: float) -> None:
         """Messages held since the previous sweep (at least ``ack_wait / 4`` ago, at most half
         of it) get ``in_progress``, so JetStream does not redeliver a tree still pending; so do
         the messages waiting in the buffer (while the pending budget is spent)."""
         self._sweep_at = now + self._sweep_every
-        self._ops += [("in_progress", msg) for msg in self._old.values()]
-        self._ops += [("in_progress", msg) for msg in list(self._buffer)]  # one C call: safe from the client thread
+        self._out += [f"PUB {reply} 4\r\n+WPI\r\n" for reply in self._old]
+        self._out += [f"PUB {msg.reply} 4\r\n+WPI\r\n" for msg in self._buffer if msg.reply]
         self._old.update(self._young)
         self._young = {}
-        if self._ops:
-            self._hand_over()
+        self._write()
 
     # -- results ------------------------------------------------------------------------------
-    def _pop(self, msg_id: Any) -> Msg | None:
-        return self._young.pop(msg_id, None) or self._old.pop(msg_id, None)
-
     def ack(self, msg_id: Any) -> None:
-        msg = self._pop(msg_id)
-        if msg is None:
+        if self._young.pop(msg_id, None) is None and self._old.pop(msg_id, None) is None:
             return
-        self._ops.append(("ack", msg))
-        if len(self._ops) >= ACK_BATCH or time.monotonic() - self._handed_at >= ACK_LINGER_SECS:
-            self._hand_over()
+        out = self._out
+        out.append(f"PUB {msg_id} 4\r\n+ACK\r\n")
+        if len(out) >= ACK_BATCH or time.monotonic() - self._written_at >= ACK_LINGER_SECS:
+            self._write()
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """``nak`` the message, or ``term`` it once it was replayed ``max_replays`` times."""
-        msg = self._pop(msg_id)
-        if msg is None:
+        subject = self._young.pop(msg_id, None) or self._old.pop(msg_id, None)
+        if subject is None:
             return
-        metadata = msg.metadata
-        replays = metadata.num_delivered - 1
+        delivered, sequence = ack_metadata(msg_id)
+        replays = delivered - 1
         if self.max_replays is not None and replays >= self.max_replays:
-            self._ops.append(("term", msg))
+            self._out.append(f"PUB {msg_id} 5\r\n+TERM\r\n")
             self._collector.count("dead_lettered")
             logger.warning(
                 "%s: message %d (subject %r) failed after %d replays (last: %s); terminated (dead-lettered)",
                 self._outage.where,
-                metadata.sequence.stream,
-                msg.subject,
+                sequence,
+                subject,
                 replays,
                 reason,
             )
         else:
-            self._ops.append(("nak", msg))
+            self._out.append(_nak(msg_id))
             self.replayed += 1
-        self._hand_over()
+        self._write()
 
-    # -- handing work to the client thread ----------------------------------------------------
-    def _hand_over(self) -> None:
-        self._handed_at = time.monotonic()
-        if not self._ops:
+    def _write(self) -> None:
+        """Write the acks (and the rest) waiting; without a connection they wait for the next."""
+        self._written_at = time.monotonic()
+        conn = self._conn
+        if conn is None or not (self._out or conn.unsent):
             return
-        ops, self._ops = self._ops, []
-        self._call_soon(self._spawn, self._settle(ops))
-
-    def _ask_for_room(self) -> None:
-        if not self._room_asked and self._active and not self._stopping:
-            self._room_asked = True
-            self._call_soon(self._room.set)
-
-    def _call_soon(self, action: Callable[..., object], *args: Any) -> None:
+        out, self._out = self._out, []
         try:
-            self._loop.call_soon_threadsafe(action, *args)
-        except RuntimeError:  # the client's loop is closed (the spout is closing)
-            for arg in args:
-                if isinstance(arg, Coroutine):
-                    arg.close()
+            conn.send("".join(out).encode())
+        except _BROKEN as exc:
+            self._out = out + self._out  # written again on the next connection: acks are idempotent
+            self._broken(exc)
 
-    # -- the client thread --------------------------------------------------------------------
-    def _run_client(self) -> None:
-        asyncio.set_event_loop(self._loop)
+    # -- the connection -----------------------------------------------------------------------
+    def _reconnect(self) -> None:
+        """Start connecting on the connector's thread once the outage's pause is over; take the
+        connection once it is made. Never waits."""
+        if self._connecting is None:
+            if self._outage.due():
+                if self._connector is None:
+                    self._connector = ThreadPoolExecutor(1, thread_name_prefix=f"rayflow-nats-{self.stream}")
+                self._connecting = self._connector.submit(self._connect)
+            return
+        if not self._connecting.done():
+            return
+        made, self._connecting = self._connecting, None
         try:
-            self._loop.run_until_complete(self._main())
-        finally:
-            self._loop.close()
-
-    async def _main(self) -> None:
-        """Pull until ``close`` says it is over (``_shutdown``), then stop pulling."""
-        pull = asyncio.create_task(self._pull())
-        await self._shut.wait()
-        pull.cancel()
-        try:
-            await pull
-        except asyncio.CancelledError:
-            pass
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        self._loop.create_task(work)
-
-    async def _settle(self, ops: list[_Op]) -> None:
-        for op, msg in ops:
-            try:
-                await getattr(msg, op)()
-            except (nats.errors.Error, OSError) as exc:  # redelivered after ack_wait: at-least-once
-                logger.debug("%s: %s of %s: %s", self._outage.where, op, msg.reply, exc)
-
-    async def _pull(self) -> None:
-        """Connect, bind the consumer, pull while the buffer runs low; start over with backoff
-        after a failure (a refused connect, a missing stream)."""
-        while not self._stopping:
-            try:
-                if self._client is None or self._client.is_closed:
-                    self._client = await nats.connect(
-                        self.url,
-                        connect_timeout=CONNECT_TIMEOUT_SECS,
-                        max_reconnect_attempts=-1,
-                        allow_reconnect=True,
-                        disconnected_cb=self._disconnected,
-                        reconnected_cb=self._reconnected,
-                        error_cb=self._client_error,
-                    )
-                js = self._client.jetstream()
-                await self._ensure_consumer(js)
-                self._outage.recovered()
-                await self._pull_from(self._client, js)
-            except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
-                if self._stopping:
-                    return
-                self._outage.failed(exc)
-                await self._back_off()
-
-    async def _ensure_consumer(self, js: JetStreamContext) -> None:
-        try:
-            await js.consumer_info(self.stream, self.durable)
-        except nats.js.errors.NotFoundError:
-            config = ConsumerConfig(
-                durable_name=self.durable,
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_wait=self._ack_wait,
-                max_ack_pending=self._max_ack_pending,
-                max_deliver=-1,
-                filter_subject=self.subject,
-            )
-            await js.add_consumer(self.stream, config)
-
-    async def _pull_from(self, client: Client, js: JetStreamContext) -> None:
-        """Pull requests, one at a time, each for up to ``_fetch`` messages, sent while the
-        buffer runs low. The messages (and the request's end: a status message) come to an
-        inbox subscription whose callback puts them in the buffer: nats-py's ``fetch`` waits
-        for each message with a timer of its own, which costs several times the CPU."""
-        buffer = self._buffer
-        request_over = asyncio.Event()
-        failure: list[BaseException] = []
-
-        async def on_message(msg: Msg) -> None:
-            status = msg.headers.get(STATUS_HEADER) if msg.headers else None
-            if status is None:
-                buffer.append(msg)
-                self._requested -= 1
-                if self._requested <= 0:
-                    request_over.set()
-            elif status != HEARTBEAT_STATUS:
-                if status not in REQUEST_OVER_STATUSES:
-                    description = msg.headers.get(DESCRIPTION_HEADER, "") if msg.headers else ""
-                    failure.append(nats.js.errors.APIError(code=int(status), description=description))
-                request_over.set()
-
-        inbox = client.new_inbox()
-        subscription = await client.subscribe(inbox, cb=on_message)
-        request = json.dumps({"batch": self._fetch, "expires": int(FETCH_WAIT_SECS * 1e9)}).encode()
-        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}"
-        try:
-            while not self._stopping:
-                if not self._active or len(buffer) >= self._fetch:
-                    self._room.clear()
-                    self._room_asked = False
-                    if not self._active or len(buffer) >= self._fetch:
-                        await self._room.wait()
-                    continue
-                request_over.clear()
-                self._requested = self._fetch
-                await client.publish(subject, request, reply=inbox)
-                try:
-                    await asyncio.wait_for(request_over.wait(), FETCH_WAIT_SECS + REQUEST_SLACK_SECS)
-                except asyncio.TimeoutError:  # the request was lost (a reconnect?): is the consumer there?
-                    await js.consumer_info(self.stream, self.durable)
-                if failure:
-                    raise failure.pop()
-        finally:
-            try:
-                await subscription.unsubscribe()
-            except nats.errors.Error as exc:
-                logger.debug("%s: unsubscribe: %s", self._outage.where, exc)
-
-    async def _back_off(self) -> None:
-        """Sleep until the outage's next attempt is due (``close`` wakes it)."""
-        while not self._stopping and not self._outage.due():
-            await asyncio.sleep(0.05)
-
-    async def _disconnected(self) -> None:
-        if not self._stopping:
-            self._outage.failed(ConnectionError("disconnected; nats-py reconnects"))
-
-    async def _reconnected(self) -> None:
-        self._outage.recovered()
-
-    async def _client_error(self, exc: Exception) -> None:
-        """nats-py's errors; while it is not connected (a first connect it keeps retrying), an
-        outage."""
-        if self._client is None and not self._stopping:
+            conn = made.result()
+        except _BROKEN as exc:
             self._outage.failed(exc)
-        else:
-            logger.debug("%s: %s: %s", self._outage.where, type(exc).__name__, exc)
+            return
+        self._conn = conn
+        request = {"batch": self._fetch, "expires": int(FETCH_WAIT_SECS * 1e9)}
+        self._pull = pub(
+            f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}", json.dumps(request).encode(), conn.pull_inbox
+        )
+        self._requested = 0
+        self._looked_up_at = None
+        self._outage.recovered()
+        self._write()
 
-    async def _shutdown(self, ops: list[_Op]) -> None:
-        """``close``: settle what waits, flush it, disconnect, and end ``_main``."""
+    def _connect(self) -> Connection:
+        """Connect and make sure the consumer exists (on the connector's thread: it waits)."""
+        conn = connect(self.url, SOCKET_TIMEOUT_SECS)
         try:
-            await self._settle(ops)
-            client = self._client
-            if client is not None and not client.is_closed:
-                try:
-                    await client.flush(timeout=2)
-                except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
-                    logger.debug("%s: flush at close: %s", self._outage.where, exc)
-                await client.close()
-        finally:
-            self._shut.set()
+            try:
+                conn.request(f"$JS.API.CONSUMER.INFO.{self.stream}.{self.durable}")
+            except NatsError as exc:
+                if exc.code != CONSUMER_NOT_FOUND:
+                    raise
+                config: dict[str, Any] = {
+                    "durable_name": self.durable,
+                    "ack_policy": "explicit",
+                    "deliver_policy": "all",
+                    "ack_wait": int(self._ack_wait * 1e9),
+                    "max_ack_pending": self._max_ack_pending,
+                    "max_deliver": -1,
+                }
+                if self.subject is not None:
+                    config["filter_subject"] = self.subject
+                conn.request(
+                    f"$JS.API.CONSUMER.DURABLE.CREATE.{self.stream}.{self.durable}",
+                    {"stream_name": self.stream, "config": config},
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _broken(self, exc: BaseException) -> None:
+        """The connection failed: drop it and connect again (after the outage's pause). The
+        pull request under way is gone with it; the buffer and the acks waiting stay."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._requested = 0
+        self._outage.failed(exc)
+
+
+def _nak(reply: str) -> str:
+    return f"PUB {reply} 4\r\n-NAK\r\n"
+
+
+def _close_made(made: Future[Connection]) -> None:
+    """Close a connection that was made for a spout closed meanwhile."""
+    with contextlib.suppress(Exception):
+        made.result().close()
+
+
+def _value_maker(fields: tuple[str, ...], stream: str) -> Callable[[Message], list[Any]]:
+    """The function that makes a message's tuple values, chosen once: it runs once per message."""
+    if fields == ("data",):
+        return lambda msg: [text_or_bytes(msg.payload)]
+    if fields == ("subject", "data"):
+        return lambda msg: [msg.subject, text_or_bytes(msg.payload)]
+
+    def values(msg: Message) -> list[Any]:
+        out: list[Any] = []
+        for field in fields:
+            if field == "data":
+                out.append(text_or_bytes(msg.payload))
+            elif field == "subject":
+                out.append(msg.subject)
+            elif field == "headers":
+                out.append(header_fields(msg.headers))
+            elif field == "sequence":
+                out.append(ack_metadata(msg.reply or "")[1])
+            elif field == "num_delivered":
+                out.append(ack_metadata(msg.reply or "")[0])
+            else:
+                out.append(stream)
+        return out
+
+    return values

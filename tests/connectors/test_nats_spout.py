@@ -101,6 +101,23 @@ class TestDelivery:
         assert [values for values, _ in collector.emitted] == [["k1"], ["k2"]]
         spout.close()
 
+    def test_close_hands_back_what_was_not_emitted(self, jetstream: str) -> None:
+        """Messages pulled and not emitted are ``nak``-ed at close: the next task gets them at
+        once, not after ``ack_wait`` (37.5 s here)."""
+        nats_publish(f"{jetstream}.a", *[f"m{i}" for i in range(30)])
+        first, collector = opened(jetstream, conf={"max_spout_pending": 64}, fields=("data",))
+        assert drive(first, collector, lambda: len(collector.emitted) >= 1)
+        emitted = len(collector.emitted)
+        for _, msg_id in collector.emitted:
+            first.ack(msg_id)
+        first.close()
+        again, collector = opened(jetstream, fields=("data",))
+        assert drive(again, collector, lambda: len(collector.emitted) == 30 - emitted, timeout=5)
+        for _, msg_id in collector.emitted:
+            again.ack(msg_id)
+        again.close()
+        assert eventually(lambda: nats_pending(jetstream, DURABLE) == (0, 0), timeout=5)
+
     def test_two_tasks_share_the_durable_consumer(self, jetstream: str) -> None:
         """Each message goes to one of the two tasks, once."""
         sent = [f"m{i}" for i in range(200)]
@@ -186,6 +203,24 @@ class TestFaults:
                 await js.delete_stream(name)
 
             nats_call(delete)
+
+    def test_a_consumer_deleted_under_the_spout_is_created_again(self, jetstream: str) -> None:
+        """Its pull request goes unanswered; the lookup finds no consumer: an outage, reported
+        once, and the reconnect creates the consumer again."""
+        spout, collector = opened(jetstream, fields=("data",))
+        assert drive(spout, collector, lambda: nats_pending(jetstream, DURABLE) == (0, 0))
+
+        async def delete(js: Any) -> None:
+            await js.delete_consumer(jetstream, DURABLE)
+
+        nats_call(delete)
+        assert drive(spout, collector, lambda: len(collector.errors) == 1, timeout=10)
+        assert "consumer not found" in str(collector.errors[0])
+        nats_publish(f"{jetstream}.a", "after")
+        assert drive(spout, collector, lambda: len(collector.emitted) == 1, timeout=10)
+        spout.ack(collector.emitted[0][1])
+        spout.close()
+        assert nats_pending(jetstream, DURABLE) == (0, 0) and len(collector.errors) == 1
 
     def test_a_lost_connection_is_reported_once_and_the_spout_goes_on(self, jetstream: str) -> None:
         proxy = Proxy(4222)
