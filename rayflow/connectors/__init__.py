@@ -3,7 +3,7 @@ the broker is told a message is done only when its tuple tree completes.
 
     rabbitmq        RabbitMQSpout       (extra ``rabbitmq``: pika)
     redis           RedisStreamSpout    (extra ``redis``: redis-py)
-    nats            NatsJetStreamSpout  (extra ``nats``: nats-py)
+    nats            NatsJetStreamSpout  (extra ``nats``: nothing more, it speaks NATS itself)
     _dead_letters   the bound on replays of one message, ``max_replays`` (shared)
     _outage         retry with backoff, report once per outage (shared)
     _wire           payload decoding, URL redaction (shared)
