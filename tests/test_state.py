@@ -6,7 +6,8 @@ committed state must hold."""
 
 from __future__ import annotations
 
-from collections import Counter
+import pickle
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,27 @@ class TestCheckpoints:
         run.run()
         assert sorted(run.acked("sentences")) == list(range(40))
         assert run.now == 0.0
+
+    def test_a_commit_lost_on_one_edge_is_sent_again_and_the_checkpoints_go_on(self) -> None:
+        """Every sentence counted and acked at the first commit. Then the second COMMIT from one
+        split task to one count task is lost (its sender died with it, say): that count task
+        holds the other split task's COMMIT alone, and the checkpoint times out. The checkpoint
+        spout sends the same COMMIT (same txid, same action) again: the count task must wait
+        for the new attempt from both split tasks, not complete it with the one left over from
+        the lost attempt (it would then wait for ever for the new one's other half, and every
+        attempt after it would time out). Every later checkpoint commits."""
+        run = InProcessTopology(wordcount(SENTENCES))
+        split, count = run.tasks("split")[0].task_id, run.tasks("count")[0].task_id
+        run.data = _DropOnce(run.data, split, count, (2, "commit"))
+        run.run()
+        interval = run.conf.checkpoint_interval_ms / 1000.0
+        checkpoint: Any = run.components(CHECKPOINT_COMPONENT)[0]
+        run.advance(2 * interval)  # the first checkpoint commits; the second COMMIT is lost
+        assert checkpoint.commits == 1 and run.data.dropped == 1
+        assert sorted(run.acked("sentences")) == [0, 1, 2, 3]
+        run.advance(2 * run.conf.message_timeout_secs + 4 * interval)  # timed out, sent again, and on
+        assert checkpoint.commits >= 4, f"{checkpoint.commits} commits: the checkpoints stalled"
+        assert run.failed("sentences") == [] and committed_counts(run) == TRUTH
 
     def test_state_carries_over_to_the_next_run_with_the_sqlite_provider(self, tmp_path: Path) -> None:
         """Run the word count twice under one name with state in SQLite: the second run's
@@ -249,3 +271,26 @@ class TestCheckpointSpoutRecovery:
         assert collector.sent[-1] == (4, "rollback")  # nothing more was sent for the stale tuple
         spout.ack((4, "rollback"))
         assert collector.sent[-1] == (3, "initstate") and spout.rollbacks == 1
+
+
+class _DropOnce(deque[tuple[int, bytes]]):
+    """The in-process runner's data queue, losing the first batch from task ``source`` to task
+    ``dest`` that carries the checkpoint ``(txid, action)``, as a task that dies with it would."""
+
+    def __init__(self, queued: deque[tuple[int, bytes]], source: int, dest: int, checkpoint: tuple[int, str]) -> None:
+        super().__init__(queued)
+        self.source, self.dest, self.checkpoint = source, dest, checkpoint
+        self.dropped = 0
+
+    def append(self, item: tuple[int, bytes]) -> None:
+        dest, payload = item
+        if not self.dropped and dest == self.dest:
+            source_task, values, _, streams, ends, _ = pickle.loads(payload)
+            begin = 0
+            for stream, end in zip(streams, ends, strict=True):
+                if source_task == self.source and stream == CHECKPOINT_STREAM:
+                    if any(tuple(v) == self.checkpoint for v in values[begin:end]):
+                        self.dropped += 1
+                        return
+                begin = end
+        super().append(item)
