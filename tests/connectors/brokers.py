@@ -185,21 +185,27 @@ class Proxy:
                     client.close()
                     continue
                 self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+            forward(client, upstream)
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+
+def forward(client: socket.socket, upstream: socket.socket) -> None:
+    """Copy bytes both ways between ``client`` and ``upstream`` on two daemon threads; when
+    either side ends, both are shut down (closing them is the caller's)."""
+    threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+    threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, sink):
         try:
-            while data := source.recv(65536):
-                sink.sendall(data)
+            sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def publish(queue: str, *bodies: bytes | str) -> None:

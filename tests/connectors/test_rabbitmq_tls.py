@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import eventually
-from tests.connectors.brokers import FakeCollector, context, drive, publish, require_rabbitmq
+from tests.connectors.brokers import FakeCollector, context, drive, forward, publish, require_rabbitmq
 from tests.connectors.test_rabbitmq_spout import ready
 
 pytestmark = pytest.mark.broker
@@ -51,21 +51,7 @@ class TlsTerminator:
             except OSError:
                 return
             self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            try:
-                sock.close()
-            except OSError:
-                pass
+            forward(client, upstream)
 
 
 @pytest.fixture
