@@ -51,19 +51,18 @@ servers that ``INFO`` lists are not tried.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
+from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._nats_conn import API_SID, PULL_SID, Connection, api_answer, connect
 from ._nats_wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, status
@@ -190,9 +189,7 @@ class NatsJetStreamSpout(Spout):
         self._max_ack_pending = int(pending_cap * PENDING_SLACK) if pending_cap else UNBOUNDED_ACK_PENDING
         self._values = _value_maker(self.fields, self.stream)
         self._conn: Connection | None = None
-        self._connecting: Future[Connection] | None = None
-        """The connection being made on ``_connector``'s thread."""
-        self._connector: ThreadPoolExecutor | None = None
+        self._connecting = Connecting(self._connect, Connection.close, f"rayflow-nats-{self.stream}")
         self._pull = b""
         """The pull request of the current connection (its inbox is the connection's)."""
         self._requested = 0
@@ -245,11 +242,7 @@ class NatsJetStreamSpout(Spout):
             except _BROKEN as exc:
                 logger.warning("%s: close: %s: %s", self._outage.where, type(exc).__name__, exc)
             conn.close()
-        if self._connecting is not None:  # a connection made after close is closed at once
-            self._connecting.add_done_callback(_close_made)
-            self._connecting = None
-        if self._connector is not None:
-            self._connector.shutdown(wait=False)
+        self._connecting.close()
 
     def _drain(self, conn: Connection) -> None:
         """``close``'s last words. The pull request under way is let end first (``expires`` at
@@ -409,21 +402,18 @@ class NatsJetStreamSpout(Spout):
 
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:
-        """Start connecting on the connector's thread once the outage's pause is over; take the
+        """Start connecting on a thread of its own once the outage's pause is over; take the
         connection once it is made. Never waits."""
-        if self._connecting is None:
+        if not self._connecting.under_way:
             if self._outage.due():
-                if self._connector is None:
-                    self._connector = ThreadPoolExecutor(1, thread_name_prefix=f"rayflow-nats-{self.stream}")
-                self._connecting = self._connector.submit(self._connect)
+                self._connecting.start()
             return
-        if not self._connecting.done():
-            return
-        made, self._connecting = self._connecting, None
         try:
-            conn = made.result()
+            conn = self._connecting.take()
         except _BROKEN as exc:
             self._outage.failed(exc)
+            return
+        if conn is None:
             return
         self._conn = conn
         request = {"batch": self._fetch, "expires": int(FETCH_WAIT_SECS * 1e9)}
@@ -475,12 +465,6 @@ class NatsJetStreamSpout(Spout):
 
 def _nak(reply: str) -> str:
     return f"PUB {reply} 4\r\n-NAK\r\n"
-
-
-def _close_made(made: Future[Connection]) -> None:
-    """Close a connection that was made for a spout closed meanwhile."""
-    with contextlib.suppress(Exception):
-        made.result().close()
 
 
 def _value_maker(fields: tuple[str, ...], stream: str) -> Callable[[Message], list[Any]]:

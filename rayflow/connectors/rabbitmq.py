@@ -54,12 +54,10 @@ or fails for an older generation are dropped (their messages come again, at-leas
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -70,6 +68,7 @@ from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
 from ._amqp import ConsumerCancelled, Delivery, MessageProperties, QueueConsumer
+from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
@@ -195,9 +194,8 @@ class RabbitMQSpout(Spout):
         self._collector = collector
         self._prefetch = self.prefetch or _default_prefetch(conf.get("max_spout_pending"))
         self._connection: QueueConsumer | None = None
-        self._connecting: Future[QueueConsumer] | None = None
-        """The connection being made on ``_connector``'s thread after an outage."""
-        self._connector: ThreadPoolExecutor | None = None
+        self._connecting = Connecting(self._open_channel, QueueConsumer.close, "rayflow-rabbitmq-connect")
+        """The connection being made on a thread of its own after an outage."""
         self._generation = 0
         self._buffer: deque[Delivery] = deque()
         self._open: set[int] = set()
@@ -250,11 +248,7 @@ class RabbitMQSpout(Spout):
         except _BROKEN as exc:
             logger.debug("%s: acks at close: %s", self._outage.where, exc)
         self._disconnect()
-        if self._connecting is not None:  # a connection made after close is closed at once
-            self._connecting.add_done_callback(_close_made)
-            self._connecting = None
-        if self._connector is not None:
-            self._connector.shutdown(wait=False)
+        self._connecting.close()
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
@@ -407,27 +401,23 @@ class RabbitMQSpout(Spout):
 
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:
-        """Start connecting on the connector's thread once the outage's pause is over; take the
+        """Start connecting on a thread of its own once the outage's pause is over; take the
         connection once it is made. Never waits."""
-        if self._connecting is None:
+        if not self._connecting.under_way:
             if self._outage.due():
-                if self._connector is None:
-                    self._connector = ThreadPoolExecutor(1, thread_name_prefix="rayflow-rabbitmq-connect")
-                self._connecting = self._connector.submit(self._open_channel)
+                self._connecting.start()
             return
-        if not self._connecting.done():
-            return
-        made, self._connecting = self._connecting, None
         try:
-            connection = made.result()
+            connection = self._connecting.take()
         except _BROKEN as exc:
             self._lost(exc)
             return
-        self._connected(connection)
+        if connection is not None:
+            self._connected(connection)
 
     def _open_channel(self) -> QueueConsumer:
         """Connect, open the channel, set its prefetch, declare the queue if asked: everything
-        that waits for the broker (on the connector's thread, but for the first time in ``open``)."""
+        that waits for the broker (on a thread of its own, but for the first time in ``open``)."""
         return QueueConsumer.connect(_parameters(self.url), self.queue, self._prefetch, declare=self.declare)
 
     def _connected(self, connection: QueueConsumer) -> None:
@@ -463,12 +453,6 @@ class RabbitMQSpout(Spout):
         """Forget the connection and what it delivered (the broker requeues those messages)."""
         self._disconnect()
         self._outage.failed(exc)
-
-
-def _close_made(made: Future[QueueConsumer]) -> None:
-    """Close a connection that was made for a spout closed meanwhile."""
-    with contextlib.suppress(Exception):
-        made.result().close()
 
 
 def _delivery_count(properties: MessageProperties) -> int | None:

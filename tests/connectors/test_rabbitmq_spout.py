@@ -172,10 +172,10 @@ class TestFaults:
             spout, collector = opened(queue, url=proxy.url(RABBITMQ_URL))
             assert drive(spout, collector, lambda: len(collector.emitted) == 1)
             proxy.hang()
-            assert drive(spout, collector, lambda: spout._connecting is not None, timeout=15)
+            assert drive(spout, collector, lambda: spout._connecting.under_way, timeout=15)
             for _ in range(100):
                 spout.next_tuple()
-            assert spout._connecting is not None and not spout._connecting.done()
+            assert spout._connecting.under_way  # the connect is still waiting for the broker
             assert spout._connection is None
             proxy.restore()
             assert drive(spout, collector, lambda: len(collector.emitted) == 2, timeout=60)
