@@ -21,13 +21,22 @@ C = TypeVar("C")
 
 
 class Connecting(Generic[C]):
-    """Runs ``connect`` on a helper thread named ``thread_name`` when ``start``ed. ``close``
-    closes (with ``close_connection``) a connection that is made after the spout gave up on it."""
+    """Runs ``connect`` on a helper thread named ``thread_name``: when ``take`` finds no connect
+    under way and ``due()`` says it is time (the outage's pause is over), or when ``start``ed.
+    ``close`` closes (with ``close_connection``) a connection that is made after the spout gave
+    up on it."""
 
-    def __init__(self, connect: Callable[[], C], close_connection: Callable[[C], None], thread_name: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], C],
+        close_connection: Callable[[C], None],
+        thread_name: str,
+        due: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._connect = connect
         self._close_connection = close_connection
         self._thread_name = thread_name
+        self._due = due
         self._thread: ThreadPoolExecutor | None = None
         self._made: Future[C] | None = None
 
@@ -44,10 +53,14 @@ class Connecting(Generic[C]):
             self._made = self._thread.submit(self._connect)
 
     def take(self) -> C | None:
-        """The connection, once made (``None`` while it is being made, or when none was
-        started); raises what the connect raised. Never waits."""
+        """The connection, once made; ``None`` while it is being made, or when none is under
+        way (one is started if ``due()``). Raises what the connect raised. Never waits."""
         made = self._made
-        if made is None or not made.done():
+        if made is None:
+            if self._due():
+                self.start()
+            return None
+        if not made.done():
             return None
         self._made = None
         return made.result()

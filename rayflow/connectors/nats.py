@@ -189,7 +189,6 @@ class NatsJetStreamSpout(Spout):
         self._max_ack_pending = int(pending_cap * PENDING_SLACK) if pending_cap else UNBOUNDED_ACK_PENDING
         self._values = _value_maker(self.fields, self.stream)
         self._conn: Connection | None = None
-        self._connecting = Connecting(self._connect, Connection.close, f"rayflow-nats-{self.stream}")
         self._pull = b""
         """The pull request of the current connection (its inbox is the connection's)."""
         self._requested = 0
@@ -218,6 +217,10 @@ class NatsJetStreamSpout(Spout):
             f"({redact_url(self.url)})",
             collector.report_error,
         )
+        self._connecting = Connecting(
+            self._connect, Connection.close, f"rayflow-nats-{self.stream}", due=self._outage.due
+        )
+        """The connection being made on a thread of its own (the first one too)."""
         self._reconnect()
 
     def activate(self) -> None:
@@ -404,10 +407,6 @@ class NatsJetStreamSpout(Spout):
     def _reconnect(self) -> None:
         """Start connecting on a thread of its own once the outage's pause is over; take the
         connection once it is made. Never waits."""
-        if not self._connecting.under_way:
-            if self._outage.due():
-                self._connecting.start()
-            return
         try:
             conn = self._connecting.take()
         except _BROKEN as exc:

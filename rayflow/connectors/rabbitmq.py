@@ -194,8 +194,6 @@ class RabbitMQSpout(Spout):
         self._collector = collector
         self._prefetch = self.prefetch or _default_prefetch(conf.get("max_spout_pending"))
         self._connection: QueueConsumer | None = None
-        self._connecting = Connecting(self._open_channel, QueueConsumer.close, "rayflow-rabbitmq-connect")
-        """The connection being made on a thread of its own after an outage."""
         self._generation = 0
         self._buffer: deque[Delivery] = deque()
         self._open: set[int] = set()
@@ -223,6 +221,10 @@ class RabbitMQSpout(Spout):
         """Acks and fails dropped because their channel is gone (the broker redelivered them)."""
         where = f"RabbitMQSpout {self.queue!r} task {context.this_task_id} ({redact_url(self.url)})"
         self._outage = Outage(where, collector.report_error)
+        self._connecting = Connecting(
+            self._open_channel, QueueConsumer.close, "rayflow-rabbitmq-connect", due=self._outage.due
+        )
+        """The connection being made on a thread of its own after an outage."""
         self._plain_body = self.fields == ("body",)
         try:
             self._connected(self._open_channel())
@@ -403,10 +405,6 @@ class RabbitMQSpout(Spout):
     def _reconnect(self) -> None:
         """Start connecting on a thread of its own once the outage's pause is over; take the
         connection once it is made. Never waits."""
-        if not self._connecting.under_way:
-            if self._outage.due():
-                self._connecting.start()
-            return
         try:
             connection = self._connecting.take()
         except _BROKEN as exc:

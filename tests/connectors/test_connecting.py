@@ -29,7 +29,7 @@ class Gate:
 
 def test_the_connection_is_taken_once_made_and_never_waited_for() -> None:
     gate = Gate()
-    connecting = Connecting(gate.connect, gate.closed.append, "test-connect")
+    connecting = Connecting(gate.connect, gate.closed.append, "test-connect", due=lambda: False)
     assert not connecting.under_way and connecting.take() is None
     connecting.start()
     connecting.start()  # one connect at a time
@@ -67,3 +67,15 @@ def test_a_connection_made_after_close_is_closed() -> None:
     connecting.close()
     gate.open.set()
     assert eventually(lambda: gate.closed == ["connection"])
+
+
+def test_take_starts_a_connect_only_when_it_is_due() -> None:
+    gate = Gate()
+    gate.open.set()
+    due = [False]
+    connecting = Connecting(gate.connect, gate.closed.append, "test-connect", due=lambda: due[0])
+    assert connecting.take() is None and not connecting.under_way  # the outage's pause is not over
+    due[0] = True
+    assert connecting.take() is None and connecting.under_way  # started, not waited for
+    assert eventually(lambda: connecting.take() == "connection")
+    connecting.close()
