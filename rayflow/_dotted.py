@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import ConfigError
 from ._suggest import did_you_mean
 
-__all__ = ["DottedPathError", "resolve"]
+__all__ = ["DottedPathError", "resolve", "resolve_function"]
 
 
 class DottedPathError(ConfigError):
@@ -48,6 +49,16 @@ def resolve(dotted: str, example: str = "package.module.name") -> Any:
             ) from None
         return _lookup(module, module_name, parts[split:], dotted, missing)
     raise DottedPathError(f"cannot import {dotted}: {missing}{_path_hint(missing)}")
+
+
+def resolve_function(dotted: str) -> Callable[..., Any]:
+    """The callable at ``package.module.function`` (or ``package.module.object``): what a
+    ``DataFrameSink``'s ``foreach_batch`` names, resolved in its task and in the shared Spark."""
+    obj = resolve(dotted, "package.module.function")
+    if not callable(obj):
+        raise DottedPathError(f"{dotted} is a {type(obj).__name__}, not a function")
+    function: Callable[..., Any] = obj
+    return function
 
 
 def _path_hint(missing: ModuleNotFoundError | None) -> str:

@@ -5,8 +5,9 @@ How the modules stack, bottom up:
     plain Python (pyarrow)   arrow (tuples -> Arrow tables, one schema per sink task;
                              Arrow -> Spark), parquet (``write_parquet``)
     Spark in a process       scratch (what a Spark start leaves on disk, removed at its stop),
-                             session (raydp settings for Java 17; ``spark_session``, ``stop_spark``)
-    Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use),
+                             session (raydp settings for Java 17; ``spark_session``)
+    Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use;
+                             ``stop_spark`` stops it and the process's own),
                              batch_ids (one counter of sink batch ids, without Spark)
     components               sink (``DataFrameSink``), spout (``DataFrameSpout``), pending (the
                              spouts' pending budget a topology with a sink gets by default)
@@ -22,8 +23,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from ._arrow import SchemaMismatchError
 from ._parquet import write_parquet
-from ._session import SparkUnavailableError, spark_session, stop_spark
-from ._shared import run_in_spark
+from ._session import SparkUnavailableError, spark_session
+from ._shared import run_in_spark, stop_spark
 from ._sink import DataFrameSink, ForeachBatchError
 from ._spout import DataFrameSpout
 

@@ -29,7 +29,7 @@ __all__ = [
     "SparkUnavailableError",
     "spark_session",
     "start_spark",
-    "stop_spark",
+    "stop_spark_session",
     "stop_started_spark",
 ]
 
@@ -217,15 +217,11 @@ def spark_session(
         return _session
 
 
-def stop_spark() -> None:
-    """Stop this process's Spark (``spark_session``) and the shared Spark of ``DataFrameSink``
-    and ``run_in_spark``, whichever are running. Their memory is freed; sinks still running
-    start the shared one again on their next batch."""
+def stop_spark_session() -> None:
+    """Stop this process's Spark (``spark_session``) if it runs; ``stop_spark`` (``shared.py``,
+    which knows both Sparks) calls it before it stops the shared one."""
     global _session
     with _lock:
         if _session is not None:
             stop_started_spark()
             _session = None
-    from ._shared import stop_shared_spark
-
-    stop_shared_spark()

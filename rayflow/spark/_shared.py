@@ -38,9 +38,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._dotted import resolve_function
 from .._errors import ConfigError, RayflowError
 from ._scratch import remove_session_library_copy
-from ._session import SparkSettings, SparkUnavailableError, start_spark, stop_started_spark
+from ._session import SparkSettings, SparkUnavailableError, start_spark, stop_spark_session, stop_started_spark
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +57,7 @@ __all__ = [
     "settings_from_conf",
     "shared_spark",
     "stop_shared_spark",
+    "stop_spark",
 ]
 
 logger = logging.getLogger("rayflow")
@@ -152,7 +154,6 @@ class SharedSpark:
         """``fn(DataFrame of table, batch_id)``; ``fn`` may be a dotted import path."""
         from ._arrow import to_spark_dataframe
         from ._parquet import PARTITION, ParquetBatchWriter
-        from ._sink import resolve_function
 
         function = resolve_function(fn) if isinstance(fn, str) else fn
         if isinstance(function, ParquetBatchWriter) and PARTITION not in table.column_names:
@@ -369,6 +370,14 @@ def run_in_spark(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     import ray
 
     return ray.get(shared_spark().run.remote(fn, args, kwargs))
+
+
+def stop_spark() -> None:
+    """Stop this process's Spark (``spark_session``) and the shared Spark of ``DataFrameSink``
+    and ``run_in_spark``, whichever are running. Their memory is freed; sinks still running
+    start the shared one again on their next batch."""
+    stop_spark_session()
+    stop_shared_spark()
 
 
 def stop_shared_spark() -> None:

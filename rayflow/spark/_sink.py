@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._components import Bolt
-from .._dotted import DottedPathError, resolve
+from .._dotted import resolve_function
 from .._errors import ConfigError, RayflowError
 from ._session import SparkUnavailableError
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from ._arrow import TableBuilder
     from ._parquet import ArrowBatchWriter
 
-__all__ = ["Batch", "Batcher", "DataFrameSink", "ForeachBatchError", "resolve_function"]
+__all__ = ["Batch", "Batcher", "DataFrameSink", "ForeachBatchError"]
 
 logger = logging.getLogger("rayflow")
 
@@ -81,15 +81,6 @@ ForeachBatch = Callable[["DataFrame", int], Any]
 
 class ForeachBatchError(RayflowError):
     """``foreach_batch`` raised (or the shared Spark died) on a batch; its tuples were failed."""
-
-
-def resolve_function(dotted: str) -> Callable[..., Any]:
-    """The callable at ``package.module.function`` (or ``package.module.object``)."""
-    obj = resolve(dotted, "package.module.function")
-    if not callable(obj):
-        raise DottedPathError(f"{dotted} is a {type(obj).__name__}, not a function")
-    function: Callable[..., Any] = obj
-    return function
 
 
 @dataclass
