@@ -12,25 +12,73 @@
   (``config_problems``).
 
 Each problem names the bolt and the numbers.
+
+The checks read a topology through two small protocols (``BoltSpec``, ``Bolts``), which
+``_topology``'s ``ComponentSpec`` and ``Topology`` meet, rather than through those classes:
+``create_topology`` calls ``check_windowed_bolt``, so this module sits below ``_topology`` and
+must not import it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
+from .._components import StreamDeclaration
 from .._config import Config
 from .._errors import TopologyError
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .bolt import WindowedBolt, WindowSettings
 from .lengths import Count, Duration
 
-if TYPE_CHECKING:
-    from .._topology import ComponentSpec, Topology
+__all__ = [
+    "BoltSpec",
+    "Bolts",
+    "check_window_settings",
+    "check_windowed_bolt",
+    "config_problems",
+    "held_secs",
+    "pending_advice",
+]
 
-__all__ = ["check_window_settings", "check_windowed_bolt", "config_problems", "held_secs", "pending_advice"]
+
+class _Input(Protocol):
+    """A bolt's input, as the checks read it: the component and stream it subscribes to."""
+
+    @property
+    def component(self) -> str: ...
+
+    @property
+    def stream(self) -> str: ...
 
 
-def check_windowed_bolt(spec: ComponentSpec, specs: dict[str, ComponentSpec]) -> list[str]:
+class BoltSpec(Protocol):
+    """What the checks read of a bolt in a topology (``_topology.ComponentSpec``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def component(self) -> object: ...
+
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+
+    @property
+    def inputs(self) -> Sequence[_Input]: ...
+
+    @property
+    def streams(self) -> Mapping[str, StreamDeclaration]: ...
+
+
+class Bolts(Protocol):
+    """What the checks read of a topology (``_topology.Topology``): its bolts."""
+
+    @property
+    def bolts(self) -> Sequence[BoltSpec]: ...
+
+
+def check_windowed_bolt(spec: BoltSpec, specs: Mapping[str, BoltSpec]) -> list[str]:
     """The problems of windowed bolt ``spec`` that the graph alone shows."""
     settings = spec.component.window_settings if isinstance(spec.component, WindowedBolt) else None
     where = f"windowed bolt {spec.id!r}"
@@ -80,7 +128,7 @@ def held_secs(settings: WindowSettings) -> float:
     return held
 
 
-def check_window_settings(topology: Topology, conf: Config) -> None:
+def check_window_settings(topology: Bolts, conf: Config) -> None:
     """Raise ``TopologyError`` listing every windowed bolt whose window the config cannot carry."""
     problems = []
     for spec in topology.bolts:
@@ -114,7 +162,7 @@ def config_problems(bolt: str, settings: WindowSettings, conf: Config) -> list[s
     return problems
 
 
-def pending_advice(topology: Topology, conf: Config) -> list[str]:
+def pending_advice(topology: Bolts, conf: Config) -> list[str]:
     """What the pending budget lets a duration window take, said at submit: every tuple's tree
     stays pending while the window holds it, so a spout task feeds such a bolt at most
     ``max_spout_pending / held`` trees a second (the default budget caps a 10 s window near
