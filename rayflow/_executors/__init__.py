@@ -13,6 +13,7 @@ from .acker import AckerExecutor
 from .base import Executor, Link, Observer, Timer
 from .bolt import BoltExecutor
 from .checkpoint_spout import CheckpointSpoutExecutor
+from .kinds import bolt_kind
 from .spout import SpoutExecutor
 
 __all__ = [
@@ -39,5 +40,5 @@ def make_executor(topology: Topology, conf: Config, context: TopologyContext, li
     elif topology.components[component].is_spout:
         cls = SpoutExecutor
     else:
-        cls = BoltExecutor
+        return BoltExecutor(topology, conf, context, link, bolt_kind(topology.components[component].component))
     return cls(topology, conf, context, link)

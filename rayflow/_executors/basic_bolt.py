@@ -1,27 +1,37 @@
-"""``BasicBoltAdapter``: a ``BasicBolt`` seen as a ``Bolt``, as Storm's ``BasicBoltExecutor`` does.
+"""``BasicBoltAdapter``: a ``BasicBolt`` run as Storm's ``BasicBoltExecutor`` runs it.
 
-The bolt executor runs a ``BasicBolt``'s ``execute`` inline in its batch loop
-(``BoltExecutor._run_basic``: every emit anchored to the input, the input acked when ``execute``
-returns, failed when it raises), because a call per tuple through an adapter would cost more
-than the bookkeeping. This adapter is what the rest of the executor, and whoever drives it, sees
-as the task's bolt: it prepares and cleans up the ``BasicBolt`` and holds its collector. It has
-no ``execute`` of its own: there is one way a ``BasicBolt`` runs, and it is the executor's."""
+Every emit is anchored to the input, the input is acked when ``execute`` returns and failed when
+it raises. The adapter runs whole stream segments itself (``run_inline``), because a call per
+tuple through an adapter would cost more than the bookkeeping, and it installs the executor's
+``emit_input`` as its collector's ``emit`` (one Python call per emitted tuple instead of two)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from .._collectors import BasicOutputCollector, BoltTask, OutputCollector
-from .._components import BasicBolt, Bolt, OutputFieldsDeclarer
+from .._collectors import BasicOutputCollector, OutputCollector
+from .._components import BasicBolt, OutputFieldsDeclarer
 from .._context import TopologyContext
+from .._errors import FailedException
+from .._tuple import Tuple, TupleSource
+from .bolt_kind import BoltKind
+
+if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
+    from .bolt import BoltExecutor
 
 __all__ = ["BasicBoltAdapter"]
 
 
-class BasicBoltAdapter(Bolt):
-    def __init__(self, user_component: BasicBolt, task: BoltTask) -> None:
+class BasicBoltAdapter(BoltKind):
+    inline = True
+
+    def __init__(self, user_component: BasicBolt, task: BoltExecutor) -> None:
         self.user_component = user_component
+        self._task = task
         self.basic_collector = BasicOutputCollector(task)
+        self.basic_collector.emit = task.emit_input  # type: ignore[method-assign]
+        task.input_collector = self.basic_collector
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.user_component.declare_output_fields(declarer)
@@ -31,3 +41,73 @@ class BasicBoltAdapter(Bolt):
 
     def cleanup(self) -> None:
         self.user_component.cleanup()
+
+    def tick(self, tup: Tuple) -> None:
+        collector = self.basic_collector
+        collector.input = tup
+        try:
+            self.user_component.execute(tup, collector)
+        finally:
+            collector.input = None
+
+    def run_inline(self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
+        """Execute one stream segment, acking each input that returns and failing each that
+        raises; returns how many failed. ``trees`` yields each tuple's root and value
+        (``DataPayload``).
+
+        Flat on purpose: this loop runs once per input tuple. The inputs of one tree mostly come
+        in a row (the words of a sentence), so their acks are XORed in ``last_root`` and
+        ``last_val`` and handed to the acker mail when the root changes (XOR is associative:
+        the acker sees the same sum)."""
+        task = self._task
+        execute = self.user_component.execute
+        collector = self.basic_collector
+        mails = task.outbox.acker_mails
+        n_ackers = len(mails)
+        new_tuple = object.__new__
+        failed = 0
+        last_root = last_val = 0
+        for values, root, val in zip(column, trees, trees, strict=False):
+            if root or not val:
+                # Tuple(values, source, root, val) without a class call (which packs an
+                # argument tuple and runs an __init__ frame).
+                tup = new_tuple(Tuple)
+                tup.values = values
+                tup._source = source
+                tup._tree = root
+                tup._val = val
+            else:
+                tup = Tuple(values, source, joined[val - 1])
+            collector.input = tup
+            try:
+                execute(tup, collector)
+            except FailedException:
+                task.fail(tup)
+                failed += 1
+                continue
+            except Exception as exc:
+                task.report_error(exc, f"execute raised on {tup!r}")
+                task.fail(tup)
+                failed += 1
+                continue
+            # It returned: ack it. (Its tree is still ``root``, or ``joined[val - 1]``: a
+            # BasicBolt has no way to ack or fail it itself.)
+            if root:
+                if root == last_root:
+                    last_val ^= tup._val
+                else:
+                    if last_root:
+                        acks = mails[last_root % n_ackers].acks
+                        acks[last_root] = acks.get(last_root, 0) ^ last_val
+                    last_root = root
+                    last_val = tup._val
+                tup._tree = None
+            elif val:
+                task.ack_trees(tup)
+            else:
+                tup._tree = None
+        if last_root:
+            acks = mails[last_root % n_ackers].acks
+            acks[last_root] = acks.get(last_root, 0) ^ last_val
+        collector.input = None
+        return failed

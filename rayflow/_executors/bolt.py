@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._anchoring import anchor, getrandbits, new_id, tree_acks
-from .._collectors import OutputCollector
-from .._components import BasicBolt, Bolt, StatefulBolt
+from .._collectors import BasicOutputCollector, OutputCollector
+from .._components import Bolt
+from .._config import Config
+from .._context import TopologyContext
 from .._errors import FailedException
 from .._outbox import DataPayload
 from .._state.alignment import CheckpointAlignment
 from .._state.checkpoint import CHECKPOINT_STREAM
+from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
-from .._windows.bolt import WindowedBolt
-from .base import Emitter, Timer, logger
-from .basic_bolt import BasicBoltAdapter
-from .stateful_bolt import NotInitialized, StatefulBoltAdapter
-from .windowed_bolt import WindowedBoltAdapter
+from .base import Emitter, Link, Timer, logger
+from .bolt_kind import BoltKind, CheckpointDeferred
+
+if TYPE_CHECKING:  # only to name the factory's type: the kinds are chosen by ``make_executor``
+    from .kinds import KindFactory
 
 __all__ = ["BoltExecutor"]
 
@@ -31,26 +34,23 @@ MAX_TIMED = 1024
 class BoltExecutor(Emitter):
     kind = "bolt"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        topology: Topology,
+        conf: Config,
+        context: TopologyContext,
+        link: Link,
+        kind: KindFactory | None = None,
+    ) -> None:
+        """``kind`` wraps the user's component (``kinds.py``); ``None`` runs it as a plain bolt."""
+        super().__init__(topology, conf, context, link)
         component = self.topology.components[self.component_id].component
         self.collector = OutputCollector(self)
-        self.bolt: Bolt
-        if isinstance(component, BasicBolt):
-            # Run inline by ``receive`` (the adapter is what a driver sees as ``bolt``).
-            self.bolt = BasicBoltAdapter(component, self)
-            self._basic: BasicBolt | None = component
-            self._input_collector = self.bolt.basic_collector
-            self._input_collector.emit = self.emit_input  # type: ignore[method-assign]
-        else:
-            self._basic = None
-            self.bolt = component  # type: ignore[assignment]
-        self._stateful: StatefulBoltAdapter | None = None
-        if isinstance(component, StatefulBolt):
-            self.bolt = self._stateful = StatefulBoltAdapter(component, self)
-        self._windowed: WindowedBoltAdapter | None = None
-        if isinstance(component, WindowedBolt):
-            self.bolt = self._windowed = WindowedBoltAdapter(component, self)
+        self.input_collector: BasicOutputCollector | None = None
+        """The collector whose ``input`` anchors ``emit_input`` (set by an inline kind)."""
+        self._kind: BoltKind | None = kind(component, self) if kind is not None else None
+        self.bolt: Bolt = self._kind if self._kind is not None else component  # type: ignore[assignment]
+        self._inline = self._kind is not None and self._kind.inline
         spec = self.topology.components[self.component_id]
         upstream = [s.component for s in spec.inputs if s.stream == CHECKPOINT_STREAM]
         self._alignment = CheckpointAlignment(sum(len(self.context.get_component_tasks(c)) for c in upstream))
@@ -83,20 +83,21 @@ class BoltExecutor(Emitter):
     def timers(self) -> list[Timer]:
         freq = self.conf.tick_tuple_freq_secs
         ticks: list[Timer] = [(freq, lambda: self.tick(freq))] if freq else []
-        windows = self._windowed.timers() if self._windowed is not None else []
-        return ticks + windows + super().timers()
+        own = self._kind.timers() if self._kind is not None else []
+        return ticks + own + super().timers()
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, payload: DataPayload) -> None:
         """Execute a batch of tuples from one source task, then send what they produced.
 
-        Each stream segment of the batch runs through ``_run_basic`` (a ``BasicBolt``, run and
-        acked inline) or ``_run_plain``, the hot loops of every bolt. Latencies are sampled once
+        Each stream segment of the batch runs through the kind's ``run_inline`` (a
+        ``BasicBolt``, run and acked inline) or ``_run_plain``, the hot loops of every bolt. Latencies are sampled once
         per batch (the execute latency of a batch's first stream segment, per tuple; a plain
         bolt's first tuple until it is acked); busy time is measured per batch."""
         source_task, values_column, trees, streams, ends, joined = payload
         sources = self._sources[source_task]
-        basic = self._basic is not None
+        basic = self._inline
+        run_inline = self._kind.run_inline if self._kind is not None else None
         perf = time.perf_counter
         started = batch_started = perf()
         failed = 0
@@ -114,7 +115,7 @@ class BoltExecutor(Emitter):
                 begin = end
                 continue
             if basic:
-                failed += self._run_basic(column, tree_values, source, joined)
+                failed += run_inline(column, tree_values, source, joined)  # type: ignore[misc]
             else:
                 failed += self._run_plain(column, tree_values, source, joined, timed, started)
                 timed = None
@@ -128,7 +129,6 @@ class BoltExecutor(Emitter):
             begin = end
         metrics = self.metrics
         if basic:
-            self._input_collector.input = None
             metrics.acked += begin - system - failed
         metrics.executed += begin - system
         metrics.busy_secs += perf() - batch_started
@@ -137,66 +137,6 @@ class BoltExecutor(Emitter):
         # acks of many batches.
         if self.flush_after_receive:
             self.outbox.flush_data()
-
-    def _run_basic(self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
-        """Execute one stream segment on a ``BasicBolt``, acking each input that returns and
-        failing each that raises; returns how many failed. ``trees`` yields each tuple's root
-        and value (``DataPayload``).
-
-        Flat on purpose: this loop runs once per input tuple. The inputs of one tree mostly come
-        in a row (the words of a sentence), so their acks are XORed in ``last_root`` and
-        ``last_val`` and handed to the acker mail when the root changes (XOR is associative:
-        the acker sees the same sum)."""
-        execute = self._basic.execute  # type: ignore[union-attr]
-        collector = self._input_collector
-        mails = self.outbox.acker_mails
-        n_ackers = len(mails)
-        new_tuple = object.__new__
-        failed = 0
-        last_root = last_val = 0
-        for values, root, val in zip(column, trees, trees, strict=False):
-            if root or not val:
-                # Tuple(values, source, root, val) without a class call (which packs an
-                # argument tuple and runs an __init__ frame).
-                tup = new_tuple(Tuple)
-                tup.values = values
-                tup._source = source
-                tup._tree = root
-                tup._val = val
-            else:
-                tup = Tuple(values, source, joined[val - 1])
-            collector.input = tup
-            try:
-                execute(tup, collector)
-            except FailedException:
-                self.fail(tup)
-                failed += 1
-                continue
-            except Exception as exc:
-                self.report_error(exc, f"execute raised on {tup!r}")
-                self.fail(tup)
-                failed += 1
-                continue
-            # It returned: ack it. (Its tree is still ``root``, or ``joined[val - 1]``: a
-            # BasicBolt has no way to ack or fail it itself.)
-            if root:
-                if root == last_root:
-                    last_val ^= tup._val
-                else:
-                    if last_root:
-                        acks = mails[last_root % n_ackers].acks
-                        acks[last_root] = acks.get(last_root, 0) ^ last_val
-                    last_root = root
-                    last_val = tup._val
-                tup._tree = None
-            elif val:
-                self._ack_trees(tup)
-            else:
-                tup._tree = None
-        if last_root:
-            acks = mails[last_root % n_ackers].acks
-            acks[last_root] = acks.get(last_root, 0) ^ last_val
-        return failed
 
     def _run_plain(
         self,
@@ -214,7 +154,7 @@ class BoltExecutor(Emitter):
         new_tuple = object.__new__
         failed = 0
         for values, root, val in zip(column, trees, trees, strict=False):
-            if root or not val:  # Tuple(values, source, root, val), as in ``_run_basic``
+            if root or not val:  # Tuple(values, source, root, val), as in ``BasicBoltAdapter.run_inline``
                 tup = new_tuple(Tuple)
                 tup.values = values
                 tup._source = source
@@ -262,11 +202,11 @@ class BoltExecutor(Emitter):
 
     def _checkpoint(self, tuples: list[Tuple]) -> None:
         txid, action = tuples[0].values
-        if self._stateful is not None:
+        if self._kind is not None:
             try:
-                self._stateful.checkpoint(action, txid)
+                self._kind.checkpoint(action, txid)
             except Exception as exc:
-                if isinstance(exc, NotInitialized):
+                if isinstance(exc, CheckpointDeferred):
                     logger.info(
                         "bolt %r task %d: %s: failing checkpoint %d", self.component_id, self.task_id, exc, txid
                     )
@@ -279,13 +219,13 @@ class BoltExecutor(Emitter):
         self.emit(CHECKPOINT_STREAM, [txid, action], tuples, None)
         self.metrics.emitted = emitted
         for tup in tuples:
-            self._ack_trees(tup)
+            self.ack_trees(tup)
         self.outbox.urgent = True
 
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()
-        if self._stateful is not None:
-            snap.update(checkpoints=self._stateful.checkpoints, rollbacks=self._stateful.rollbacks)
+        if self._kind is not None:
+            snap.update(self._kind.snapshot())
         return snap
 
     def tick(self, freq_secs: float) -> None:
@@ -296,39 +236,34 @@ class BoltExecutor(Emitter):
         raises is reported like any execute."""
         tup = Tuple([freq_secs], self._sources[_TICK_SOURCE][TICK_STREAM])
         tup._tree = None  # settled from the start: ack and fail return at once
-        basic = self._basic
         try:
-            if basic is not None:
-                self._input_collector.input = tup
-                basic.execute(tup, self._input_collector)
+            if self._kind is not None:
+                self._kind.tick(tup)
             else:
                 self.bolt.execute(tup)
         except FailedException:
             pass
         except Exception as exc:
             self.report_error(exc, f"execute raised on {tup!r}")
-        finally:
-            if basic is not None:
-                self._input_collector.input = None
         if self.flush_after_receive:
             self.outbox.flush_data()
 
     # -- output -------------------------------------------------------------------------------
     def emit_input(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        """``BasicOutputCollector.emit`` run by the executor itself: ``__init__`` installs it on
-        the collector of a ``BasicBolt``, so that the bolt's emits (one per output tuple) cost
+        """``BasicOutputCollector.emit`` run by the executor itself: ``BasicBoltAdapter``
+        installs it on the collector of a ``BasicBolt``, so that the bolt's emits (one per output tuple) cost
         one Python call instead of two. Anchored to the input being executed, as the
         collector's own ``emit``; the common case -- a regular stream, the input in one tree --
         is ``emit``'s fast path again, written inline; anything else goes through ``emit``."""
         route = self.routes.get(stream)
         if route is None or len(values) != route.emit_arity:
-            return self.emit(stream, values, self._input_collector.input, None)
+            return self.emit(stream, values, self.input_collector.input, None)  # type: ignore[union-attr]
         if not route.subscribed:  # nobody reads the stream: nothing to send, no tree to join
             self.metrics.emitted += 1
             if self._watched:
                 self._emitted(stream, values, [])
             return []
-        tup = self._input_collector.input
+        tup = self.input_collector.input  # type: ignore[union-attr]
         if tup is None:
             return self.emit(stream, values, tup, None)
         root = tup._tree
@@ -422,7 +357,8 @@ class BoltExecutor(Emitter):
                 self.outbox.send_batch(task)
         return targets.copy()
 
-    def _ack_trees(self, tup: Tuple) -> None:
+    def ack_trees(self, tup: Tuple) -> None:
+        """Ack ``tup`` in every tree it belongs to, counting nothing (a kind's own bookkeeping)."""
         ack = self.outbox.ack
         for root, val in tree_acks(tup):
             ack(root, val)
@@ -431,7 +367,7 @@ class BoltExecutor(Emitter):
     def ack(self, tup: Tuple) -> None:
         if tup._tree is None:  # acked or failed already
             return
-        self._ack_trees(tup)
+        self.ack_trees(tup)
         self.metrics.acked += 1
         if self._timed:
             self._timed_out(tup)
@@ -442,6 +378,13 @@ class BoltExecutor(Emitter):
         self.outbox.fail_tree(tup._tree)
         tup._tree = None
         self.metrics.failed += 1
+        if self._timed:
+            self._timed_out(tup)
+
+    def acked_elsewhere(self, tup: Tuple) -> None:
+        """A kind took ``tup``'s ack into its own hands (a stateful bolt holds it until the
+        commit): count it as acked, and end its process latency sample."""
+        self.metrics.acked += 1
         if self._timed:
             self._timed_out(tup)
 

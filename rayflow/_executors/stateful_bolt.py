@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from .._anchoring import tree_acks
 from .._collectors import AnchorRuleCollector, OutputCollector
-from .._components import Bolt, OutputFieldsDeclarer, StatefulBolt
+from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
 from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
 from .._state.key_value import KeyValueState
 from .._state.provider import StateError, StateProvider, task_provider
 from .._tuple import Tuple
+from .bolt_kind import BoltKind, CheckpointDeferred
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
     from .bolt import BoltExecutor
 
 __all__ = ["NotInitialized", "StatefulBoltAdapter", "StatefulCollector"]
@@ -37,7 +38,7 @@ __all__ = ["NotInitialized", "StatefulBoltAdapter", "StatefulCollector"]
 logger = logging.getLogger("rayflow")
 
 
-class NotInitialized(StateError):
+class NotInitialized(CheckpointDeferred, StateError):
     """A PREPARE reached a task whose state is not loaded yet: failing it forces a recovery."""
 
 
@@ -65,7 +66,7 @@ class StatefulCollector(AnchorRuleCollector):
         self._adapter.hold(tup)
 
 
-class StatefulBoltAdapter(Bolt):
+class StatefulBoltAdapter(BoltKind):
     def __init__(self, user_component: StatefulBolt, task: BoltExecutor) -> None:
         self.user_component = user_component
         self._task = task
@@ -113,10 +114,10 @@ class StatefulBoltAdapter(Bolt):
             for root, val in tree_acks(tup):
                 held[root] = held.get(root, 0) ^ val
         tup._tree = None
-        task = self._task
-        task.metrics.acked += 1
-        if task._timed:
-            task._timed_out(tup)
+        self._task.acked_elsewhere(tup)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"checkpoints": self.checkpoints, "rollbacks": self.rollbacks}
 
     def holding(self) -> int:
         """Trees whose acks wait for a commit."""

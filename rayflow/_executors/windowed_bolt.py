@@ -24,7 +24,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from .._collectors import AnchorRuleCollector, OutputCollector
-from .._components import Bolt, OutputFieldsDeclarer
+from .._components import OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException, RayflowError
 from .._state.checkpoint import CHECKPOINT_STREAM
@@ -35,8 +35,9 @@ from .._windows.manager import CountWindows, Manager, SessionWindows, Step, make
 from .._windows.watermark import WatermarkTracker
 from .._windows.window import TupleWindow
 from .base import Timer, logger
+from .bolt_kind import BoltKind
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
     from .bolt import BoltExecutor
 
 __all__ = ["WindowedBoltAdapter", "WindowedCollector"]
@@ -59,7 +60,7 @@ class WindowedCollector(AnchorRuleCollector):
         """A no-op: a windowed bolt's inputs are acked when their last window has fired."""
 
 
-class WindowedBoltAdapter(Bolt):
+class WindowedBoltAdapter(BoltKind):
     def __init__(self, user_component: WindowedBolt, task: BoltExecutor) -> None:
         settings = user_component.window_settings
         if settings is None:  # ``create_topology`` refuses it: a topology built by hand

@@ -1,0 +1,38 @@
+"""Which kind of bolt runs each component: the one table ``make_executor`` reads.
+
+The first row whose component class matches wins, so a more specific class comes first (a
+windowed bolt is checked before anything it might also be). A component that matches no row is
+a plain ``Bolt`` and runs as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._components import BasicBolt, StatefulBolt
+from .._windows.bolt import WindowedBolt
+from .basic_bolt import BasicBoltAdapter
+from .bolt_kind import BoltKind
+from .stateful_bolt import StatefulBoltAdapter
+from .windowed_bolt import WindowedBoltAdapter
+
+if TYPE_CHECKING:  # a kind is built for a task; the executor module does not import this one
+    from .bolt import BoltExecutor
+
+__all__ = ["BOLT_KINDS", "KindFactory", "bolt_kind"]
+
+KindFactory = Callable[[Any, "BoltExecutor"], BoltKind]
+
+BOLT_KINDS: tuple[tuple[type[Any], KindFactory], ...] = (
+    (WindowedBolt, WindowedBoltAdapter),
+    (StatefulBolt, StatefulBoltAdapter),
+    (BasicBolt, BasicBoltAdapter),
+)
+
+
+def bolt_kind(component: Any) -> KindFactory | None:
+    """How ``component`` is wrapped for its executor (``None``: a plain bolt, run as it is)."""
+    for cls, factory in BOLT_KINDS:
+        if isinstance(component, cls):
+            return factory
+    return None
