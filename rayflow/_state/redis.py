@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from ..connectors._wire import redact_url
+from .._urls import redact_url
 from .key_value import DELETED
 from .provider import StateError, StateProvider
 
