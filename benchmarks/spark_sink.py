@@ -11,7 +11,7 @@ no Spark job); the same with ``batch_rows=50,000``; and a user's own ``foreach_b
 writes Parquet through Spark (``df.write.parquet``: a DataFrame and a Spark job per batch), with
 the default batches and with ``batch_rows=50,000``.
 Each ratio is against the ack-only run of its round; the pending column is the budget per spout
-task the run had (``rayflow/spark/_pending.py``). Then what one batch of 5,000 rows costs: inside
+task the run had (``rayflow/_pending.py``). Then what one batch of 5,000 rows costs: inside
 the shared Spark, its DataFrame through pandas or as Arrow handed to Spark's JVM (without a job,
 with a no-op write, with ``write_parquet``); from this process, the sink's Ray call to the shared
 Spark with a ``foreach_batch`` that does nothing, and ``write_arrow`` without Spark. The shared

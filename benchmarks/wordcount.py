@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, LocalCluster, Spout, TopologyBuilder  # noqa: E402
-from rayflow._config import DEFAULT_MAX_SPOUT_PENDING  # noqa: E402
+from rayflow._pending import DEFAULT_MAX_SPOUT_PENDING  # noqa: E402
 
 WORDS_PER_CYCLE = sum(len(s.split()) for s in SENTENCES)
 

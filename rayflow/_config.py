@@ -21,18 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import ErrorDetails
 
 from ._errors import ConfigError
+from ._pending import DEFAULT_MAX_SPOUT_PENDING
 from ._suggest import did_you_mean
 
 __all__ = [
     "DEFAULT_HANDSHAKE_SECS",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_HANDSHAKES",
-    "DEFAULT_MAX_SPOUT_PENDING",
     "Config",
     "ConfigProblem",
 ]
 
-DEFAULT_MAX_SPOUT_PENDING = 5000
 DEFAULT_MAX_FRAME_BYTES = 256 * 1024 * 1024
 DEFAULT_HANDSHAKE_SECS = 5.0
 """A TLS handshake between two tasks takes milliseconds, even on a busy node."""
@@ -69,8 +68,8 @@ class Config(BaseModel):
     message_timeout_secs: float = Field(30.0, gt=0, alias="topology.message.timeout.secs")
     ackers: int = Field(1, ge=0, alias="topology.acker.executors")
     max_spout_pending: int | None = Field(DEFAULT_MAX_SPOUT_PENDING, ge=1, alias="topology.max.spout.pending")
-    """Trees in flight per spout task. Finite by default so that a bolt that never acks cannot
-    grow the spout's and the acker's memory without bound; ``None`` lifts the cap."""
+    """Trees in flight per spout task; ``None`` lifts the cap. Finite by default, and larger by
+    default for a topology whose components need more in flight: ``_pending.py`` decides it."""
     enable_message_timeouts: bool = Field(True, alias="topology.enable.message.timeouts")
     debug: bool = Field(False, alias="topology.debug")
     tick_tuple_freq_secs: float | None = Field(None, gt=0, alias="topology.tick.tuple.freq.secs")

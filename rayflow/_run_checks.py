@@ -1,16 +1,19 @@
-"""What every runner does with a topology's config before it starts a task: the defaults that
-depend on the topology (the pending budget of a stateful topology, and of one with a Spark sink:
-``spark/_pending.py``), then the checks that need both (the state settings, each window against
-the message timeout and the pending budget). Ray's ``submit_topology`` and the in-process
-runner both start here, so they refuse the same things."""
+"""What every runner does with a topology's config before it starts a task: the pending budget
+the topology runs with (decided in ``_pending.py``, from what its components need), then the
+checks that need both (the state settings, each window against the message timeout and the
+pending budget). Ray's ``submit_topology`` and the in-process runner both start here, so they
+refuse the same things.
+
+Components take part through hooks, not by name: a component that needs a larger budget says so
+with ``pending_need()`` (``_pending.HasPendingNeed``), so this module imports no component kind
+-- and no optional extra such as Spark's."""
 
 from __future__ import annotations
 
-import sys
-
 from ._config import Config
-from ._state.validation import check_state_settings, with_state_defaults
-from ._topology import Topology
+from ._pending import FedComponent, HasPendingNeed, spout_budget
+from ._state.validation import check_state_settings
+from ._topology import ComponentSpec, Topology
 from ._windows.validation import check_window_settings
 
 __all__ = ["config_to_run"]
@@ -19,12 +22,40 @@ __all__ = ["config_to_run"]
 def config_to_run(topology: Topology, conf: Config, *, reach: bool) -> Config:
     """``conf`` completed for ``topology``; raises ``ConfigError``, ``StateError`` or
     ``TopologyError`` naming what cannot run. ``reach``: also reach the state store."""
-    given = conf
-    conf = with_state_defaults(topology, conf)
-    if "rayflow.spark._sink" in sys.modules:  # else no DataFrameSink exists, and Spark's extra may be missing
-        from .spark._pending import with_sink_defaults
-
-        conf = with_sink_defaults(topology, conf, given)
+    conf = _with_pending_budget(topology, conf)
     check_state_settings(topology, conf, reach=reach)
     check_window_settings(topology, conf)
     return conf
+
+
+def _with_pending_budget(topology: Topology, conf: Config) -> Config:
+    fed = []
+    for spec in topology.bolts:
+        if isinstance(spec.component, HasPendingNeed):
+            spouts = _upstream_spouts(topology, spec)
+            if spouts:
+                spout_tasks = sum(topology.components[cid].parallelism for cid in spouts)
+                kind = type(spec.component).__name__
+                fed.append(FedComponent(spec.id, kind, spec.parallelism, spout_tasks, spec.component.pending_need()))
+    given = "max_spout_pending" in conf.model_fields_set
+    budget = spout_budget(conf.max_spout_pending, given=given, stateful=topology.stateful, fed=fed)
+    return conf if budget == conf.max_spout_pending else conf.merged({"max_spout_pending": budget})
+
+
+def _upstream_spouts(topology: Topology, spec: ComponentSpec) -> set[str]:
+    """The user spouts whose tuples (or their descendants) reach ``spec``; system components
+    (the checkpoint spout, ``__`` ids) feed it no data."""
+    seen: set[str] = set()
+    spouts: set[str] = set()
+    todo = [sub.component for sub in spec.inputs]
+    while todo:
+        cid = todo.pop()
+        if cid in seen or cid.startswith("__") or cid not in topology.components:
+            continue
+        seen.add(cid)
+        upstream = topology.components[cid]
+        if upstream.is_spout:
+            spouts.add(cid)
+        else:
+            todo.extend(sub.component for sub in upstream.inputs)
+    return spouts

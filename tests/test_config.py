@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from rayflow._config import DEFAULT_MAX_SPOUT_PENDING, Config
+from rayflow._config import Config
 from rayflow._errors import ConfigError, RayflowError
+from rayflow._pending import DEFAULT_MAX_SPOUT_PENDING
 
 STORM_KEYS = {
     "message_timeout_secs": "topology.message.timeout.secs",

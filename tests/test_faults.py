@@ -32,7 +32,7 @@ from rayflow import (
     TopologyError,
     Tuple,
 )
-from rayflow._config import DEFAULT_MAX_SPOUT_PENDING
+from rayflow._pending import DEFAULT_MAX_SPOUT_PENDING
 from rayflow._runtime import TopologyHandle, submit_topology
 
 from .conftest import eventually

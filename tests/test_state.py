@@ -167,8 +167,7 @@ class TestRules:
 
     def test_a_stateful_topology_gets_a_larger_pending_budget_unless_one_is_set(self) -> None:
         """Its trees stay pending until the commit after them, so the default budget is scaled."""
-        from rayflow._config import DEFAULT_MAX_SPOUT_PENDING
-        from rayflow._state.validation import STATEFUL_MAX_SPOUT_PENDING
+        from rayflow._pending import DEFAULT_MAX_SPOUT_PENDING, STATEFUL_MAX_SPOUT_PENDING
 
         assert STATEFUL_MAX_SPOUT_PENDING > DEFAULT_MAX_SPOUT_PENDING
         assert InProcessTopology(wordcount(SENTENCES)).conf.max_spout_pending == STATEFUL_MAX_SPOUT_PENDING

@@ -4,28 +4,12 @@ name and settings, and -- on Ray -- that the store can be reached."""
 
 from __future__ import annotations
 
-from .._config import DEFAULT_MAX_SPOUT_PENDING, Config
+from .._config import Config
 from .._errors import ConfigError, StateError
 from .._topology import Topology
 from .provider import open_provider, topology_name
 
-__all__ = ["STATEFUL_MAX_SPOUT_PENDING", "check_state_settings", "with_state_defaults"]
-
-STATEFUL_MAX_SPOUT_PENDING = 3 * DEFAULT_MAX_SPOUT_PENDING
-"""The pending budget per spout task of a stateful topology whose config leaves it unset.
-
-A tree through a stateful bolt completes only at the commit after it: it waits for the next
-checkpoint to come down the same queues and for the commit behind it, so it stays pending two
-to three times as long as in a plain topology. By Little's law a spout then needs that many
-times the trees in flight to keep the same pace (``benchmarks/stateful_wordcount.py``); a
-pending tree costs the acker and the spout well under a kilobyte."""
-
-
-def with_state_defaults(topology: Topology, conf: Config) -> Config:
-    """``conf`` with the defaults a stateful topology needs where the user set nothing."""
-    if topology.stateful and "max_spout_pending" not in conf.model_fields_set:
-        return conf.merged({"max_spout_pending": STATEFUL_MAX_SPOUT_PENDING})
-    return conf
+__all__ = ["check_state_settings"]
 
 
 def check_state_settings(topology: Topology, conf: Config, *, reach: bool) -> None:

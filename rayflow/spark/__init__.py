@@ -9,8 +9,8 @@ How the modules stack, bottom up:
     Spark for the cluster    shared (one named actor that sink batches and ``run_in_spark`` use;
                              ``stop_spark`` stops it and the process's own),
                              batch_ids (one counter of sink batch ids, without Spark)
-    components               sink (``DataFrameSink``), spout (``DataFrameSpout``), pending (the
-                             spouts' pending budget a topology with a sink gets by default)
+    components               sink (``DataFrameSink``, and the spouts' pending budget it needs),
+                             spout (``DataFrameSpout``)
 
 Importing needs pyarrow only; pyspark, raydp and Java are needed once Spark starts, and their
 absence is reported then as ``SparkUnavailableError``.

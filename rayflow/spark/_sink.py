@@ -20,9 +20,9 @@ when it is full, when it is ``batch_secs`` old, or -- whatever its size -- when 
 for it and it has lingered ``LINGER_SECS``; for ``write_parquet``, room means none of the task's
 batches is in Spark, since what waits behind a write is written together anyway. So a batch
 never waits for rows the spouts are not allowed to send. A Spark job costs about as much for a
-few rows as for ``batch_rows``, so the sink keeps pace only when its batches can fill: a
-topology with a sink gets a pending budget that lets them (``pending.py``), unless its config
-sets one.
+few rows as for ``batch_rows``, so the sink keeps pace only when its batches can fill: it
+says what that takes of the spouts (``DataFrameSink.pending_need``), and a topology with a sink
+gets a pending budget that lets them (``rayflow/_pending.py``), unless its config sets one.
 
 When the shared Spark cannot start, the sink reports why (the cause, once per attempt), holds
 its tuples -- resetting their timeouts, so that the spouts' pending budgets fill and they stop
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .._components import Bolt
 from .._dotted import resolve_function
 from .._errors import ConfigError, RayflowError
+from .._pending import PendingNeed
 from ._session import SparkUnavailableError
 
 if TYPE_CHECKING:
@@ -233,6 +234,21 @@ class DataFrameSink(Bolt):
         """Batches of one task in Spark at once: more for ``write_parquet``, whose waiting batches
         share a Spark job, than for a ``foreach_batch`` that makes a job of each."""
         return MAX_INFLIGHT_TOGETHER if self._together else MAX_INFLIGHT
+
+    def pending_need(self) -> PendingNeed:
+        """What one task of this sink needs in flight towards it to keep pace: ``batch_rows``
+        trees for each batch it may have in Spark, and as many for the one filling meanwhile. A
+        Spark job costs about as much for a few rows as for a full batch, so with fewer every
+        batch leaves when Spark has room, never full, and the sink runs at a fraction of its
+        pace. The runner shares this out over the spout tasks that feed the sink
+        (``rayflow/_pending.py``)."""
+        batches = self.max_inflight + 1
+        return PendingNeed(
+            batches * self.batch_rows,
+            reason=f"of batch_rows={self.batch_rows} fill {batches} batches each ({batches - 1} in Spark, one filling)",
+            shortfall="every Spark job writes fewer rows and the sink is slower",
+            remedy="lower batch_rows",
+        )
 
     def _has_room(self) -> bool:
         """Spark can take a batch that has not filled: a slot is free -- for ``write_parquet``,

@@ -13,9 +13,8 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from rayflow import BasicBolt, Config, Spout, TopologyBuilder  # noqa: E402
-from rayflow._config import DEFAULT_MAX_SPOUT_PENDING  # noqa: E402
+from rayflow._pending import DEFAULT_MAX_SPOUT_PENDING, STATEFUL_MAX_SPOUT_PENDING  # noqa: E402
 from rayflow._run_checks import config_to_run  # noqa: E402
-from rayflow._state.validation import STATEFUL_MAX_SPOUT_PENDING  # noqa: E402
 from rayflow._topology import Topology  # noqa: E402
 from rayflow.spark import DataFrameSink, write_parquet  # noqa: E402
 from rayflow.spark._sink import MAX_INFLIGHT, MAX_INFLIGHT_TOGETHER  # noqa: E402
