@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -83,6 +83,13 @@ class Config(BaseModel):
     checkpoint_interval_ms: float = Field(1000.0, gt=0, alias="topology.state.checkpoint.interval.ms")
     """How often stateful bolts commit their state. A spout at half its pending budget asks for
     a checkpoint sooner: a stateful bolt's acks wait for the commit, and so do the spout's trees."""
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once", alias="topology.processing.guarantee"
+    )
+    """``"at_least_once"``: Storm's acking (and at-least-once state). ``"exactly_once"``: every
+    checkpoint is a consistent cut of every spout's position and every stateful task's state,
+    and any failure takes the whole topology back to the last committed cut
+    (``docs/concepts/guarantees.md``)."""
     max_task_restarts: int = Field(-1, ge=-1, alias="rayflow.task.max.restarts")
     """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
 

@@ -4,6 +4,7 @@ acks and fails into acker traffic. User exceptions fail the input; the task keep
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,9 +14,10 @@ from .._components import Bolt
 from .._config import Config
 from .._context import TopologyContext
 from .._errors import FailedException
+from .._exactly_once.wiring import exactly_once
 from .._outbox import DataPayload
 from .._state.alignment import CheckpointAlignment
-from .._state.checkpoint import CHECKPOINT_STREAM
+from .._state.checkpoint import CHECKPOINT_STREAM, PREPARE, ROLLBACK
 from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
 from .base import Emitter, Link, Timer, logger
@@ -27,6 +29,9 @@ if TYPE_CHECKING:  # only to name the factory's type: the kinds are chosen by ``
 __all__ = ["BoltExecutor"]
 
 _TICK_SOURCE = -1
+_CUTS = (PREPARE, ROLLBACK)
+"""The checkpoint steps an exactly-once bolt aligns with its inputs held back: a PREPARE cuts
+the state, a ROLLBACK separates what the spouts emitted before seeking from what after."""
 MAX_TIMED = 1024
 """Sampled tuples a plain bolt may hold un-acked while their process latency is being timed."""
 
@@ -53,7 +58,9 @@ class BoltExecutor(Emitter):
         self._inline = self._kind is not None and self._kind.inline
         spec = self.topology.components[self.component_id]
         upstream = [s.component for s in spec.inputs if s.stream == CHECKPOINT_STREAM]
-        self._alignment = CheckpointAlignment(sum(len(self.context.get_component_tasks(c)) for c in upstream))
+        self._alignment = CheckpointAlignment(
+            sum(len(self.context.get_component_tasks(c)) for c in upstream), one_attempt=exactly_once(self.conf)
+        )
         # source task -> {stream: TupleSource}, to rebuild tuples.
         self._sources: dict[int, dict[str, TupleSource]] = {
             _TICK_SOURCE: {TICK_STREAM: TupleSource(SYSTEM_COMPONENT, TICK_STREAM, _TICK_SOURCE, ["rate_secs"])}
@@ -63,6 +70,14 @@ class BoltExecutor(Emitter):
                 self._sources[task] = {s: TupleSource(component_id, s, task, f) for s, f in streams.items()}
         self._process = self.metrics.latency("process_latency_ms")
         self._execute_latency = self.metrics.latency("execute_latency_ms")
+        self._exactly_once = exactly_once(self.conf)
+        self._held_back: dict[int, list[DataPayload]] = {}
+        """Exactly-once: inputs (source tasks) waiting for a checkpoint to align -> what they
+        sent since, in order (``_receive_aligned``)."""
+        self._inbox: deque[DataPayload] = deque()
+        self._draining = False
+        if self._exactly_once:
+            self.receive = self._receive_aligned  # type: ignore[method-assign]
         self._timed: dict[Tuple, float] = {}
         """Sampled tuples of a plain bolt -> when their execute started (for process latency)."""
 
@@ -104,7 +119,8 @@ class BoltExecutor(Emitter):
         timed = self._timed if not basic and len(self._timed) < MAX_TIMED else None
         tree_values = iter(trees)
         begin = system = 0
-        for stream, end in zip(streams, ends, strict=True):
+        rest: DataPayload | None = None
+        for segment, (stream, end) in enumerate(zip(streams, ends, strict=True)):
             source = sources[stream]
             column = values_column[begin:end]
             if len(source.fields) == 1:
@@ -113,6 +129,10 @@ class BoltExecutor(Emitter):
                 self._receive_checkpoints(column, tree_values, source, joined)
                 system += end - begin
                 begin = end
+                if source_task in self._held_back:  # exactly-once: this input waits for alignment
+                    if segment + 1 < len(streams):
+                        rest = _rest_of(payload, segment + 1, end)
+                    break
                 continue
             if basic:
                 failed += run_inline(column, tree_values, source, joined)  # type: ignore[misc]
@@ -137,6 +157,35 @@ class BoltExecutor(Emitter):
         # acks of many batches.
         if self.flush_after_receive:
             self.outbox.flush_data()
+        if rest is not None:
+            self._held_back[source_task].append(rest)
+
+    def _receive_aligned(self, payload: DataPayload) -> None:
+        """``receive`` under exactly-once: an input that has delivered a PREPARE or a ROLLBACK
+        is held back (``_held_back``) until every input has, as Flink aligns barriers, so that
+        a checkpoint cuts every input at the same step. Held payloads go first once released,
+        in the order they came."""
+        inbox = self._inbox
+        inbox.append(payload)
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while inbox:
+                payload = inbox.popleft()
+                held = self._held_back.get(payload[0])
+                if held is not None:
+                    held.append(payload)
+                else:
+                    BoltExecutor.receive(self, payload)
+        finally:
+            self._draining = False
+
+    def _release(self) -> None:
+        """Every input held back goes on: its checkpoint was acted on, or abandoned."""
+        for held in self._held_back.values():
+            self._inbox.extendleft(reversed(held))
+        self._held_back = {}
 
     def _run_plain(
         self,
@@ -197,6 +246,11 @@ class BoltExecutor(Emitter):
             ready, stale = self._alignment.add(tup)
             for old in stale:
                 self.outbox.fail_tree(old._tree)
+            if self._exactly_once:
+                if ready or stale:
+                    self._release()
+                if not ready and tup.values[1] in _CUTS:
+                    self._held_back.setdefault(tup.source_task, [])
             if ready:
                 self._checkpoint(ready)
 
@@ -398,3 +452,16 @@ class BoltExecutor(Emitter):
         if tree:
             for root in (tree,) if tree.__class__ is int else tree:  # type: ignore[union-attr]
                 self.outbox.acker(root).resets.append(root)
+
+
+def _rest_of(payload: DataPayload, segment: int, start: int) -> DataPayload:
+    """The part of ``payload`` from stream segment ``segment`` (its first tuple: ``start``) on."""
+    source_task, values, trees, streams, ends, joined = payload
+    return (
+        source_task,
+        values[start:],
+        trees[2 * start :],
+        streams[segment:],
+        [end - start for end in ends[segment:]],
+        joined,
+    )

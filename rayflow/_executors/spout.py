@@ -11,10 +11,21 @@ from typing import Any
 from .._anchoring import getrandbits, new_id
 from .._collectors import SpoutOutputCollector
 from .._components import Spout
+from .._exactly_once.barrier import ROLLBACK_REQUEST, Barrier
+from .._exactly_once.spout_cut import SpoutCut
+from .._exactly_once.wiring import exactly_once
 from .._outbox import SpoutPayload
 from .._rotating_map import RotatingMap
-from .._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_REQUEST
-from .base import Emitter, Timer
+from .._state.checkpoint import (
+    CHECKPOINT_COMPONENT,
+    CHECKPOINT_REQUEST,
+    CHECKPOINT_STREAM,
+    COMMIT,
+    INITSTATE,
+    PREPARE,
+    ROLLBACK,
+)
+from .base import Emitter, Timer, logger
 
 __all__ = ["SpoutExecutor"]
 
@@ -61,10 +72,18 @@ class SpoutExecutor(Emitter):
         self._acked_at_emit: list[Any] = []
         self._complete = self.metrics.latency("complete_latency_ms")
         self._fail_with_reason = False
-        checkpointer = self.context.get_component_tasks(CHECKPOINT_COMPONENT) if self.topology.stateful else []
-        self._checkpointer = checkpointer[0] if checkpointer and self.max_pending else None
+        coordinator = self.context.get_component_tasks(CHECKPOINT_COMPONENT)
+        self._coordinator = coordinator[0] if coordinator else None
+        """The checkpoint spout's task, if the topology checkpoints."""
+        self._cut: SpoutCut | None = None
+        """Exactly-once: this task's share of each checkpoint (``_exactly_once``)."""
+        if exactly_once(self.conf) and self.component_id != CHECKPOINT_COMPONENT:
+            self._cut = SpoutCut(self.spout, self.conf.to_conf(), self.component_id, self.task_id)
+        stateful = self.topology.stateful and self._cut is None
+        self._checkpointer = self._coordinator if stateful and self.max_pending else None
         """The checkpoint spout's task, asked for a checkpoint when half the pending budget is
-        spent: trees through a stateful bolt complete only at a commit."""
+        spent: trees through a stateful bolt complete only at a commit (at-least-once state;
+        exactly-once frees the budget as trees complete)."""
         self._asked = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -95,6 +114,8 @@ class SpoutExecutor(Emitter):
         self.deactivate()
         if self.opened:
             self._call("close")
+        if self._cut is not None:
+            self._cut.close()
         self.outbox.flush()
 
     def timers(self) -> list[Timer]:
@@ -113,12 +134,16 @@ class SpoutExecutor(Emitter):
     def wants_next_tuple(self) -> bool:
         if not self.active or (self.exhausted and not self._poll_after_fail):
             return False
+        if self._cut is not None and not self._cut.ready:
+            return False
         return self.max_pending is None or len(self.pending) < self.max_pending
 
     def run_burst(self, max_calls: int) -> int:
         """Call ``next_tuple`` up to ``max_calls`` times, stopping early when a call emits
         nothing or the pending budget is spent. Returns how many tuples were emitted. (The
         loop inlines ``wants_next_tuple`` and ``_call``: it runs once per spout tuple.)"""
+        if self._cut is not None and not self._cut.ready:
+            return 0
         metrics = self.metrics
         emitted_before = metrics.emitted
         next_tuple = self.spout.next_tuple
@@ -222,6 +247,8 @@ class SpoutExecutor(Emitter):
             self.pending.newest[root] = msg_id  # ``pending.add``, inline
             if not root & LATENCY_SAMPLE_MASK:
                 self._started[root] = time.perf_counter()
+            if self._cut is not None:
+                self._cut.epoch.append((root, msg_id))  # ``_cut.record``, inline
         return targets.copy()
 
     def _deliver_acked_at_emit(self) -> None:
@@ -231,8 +258,14 @@ class SpoutExecutor(Emitter):
             self._ack(msg_id)
 
     # -- results ------------------------------------------------------------------------------
-    def receive_control(self, payload: SpoutPayload) -> None:
-        acked, failed, resets = payload
+    def receive_control(self, payload: SpoutPayload | Barrier) -> None:
+        if self._cut is not None:
+            if payload.__class__ is Barrier:
+                self._on_barrier(payload)
+            else:  # (acked, failed, resets)
+                self._results_under_cut(payload)  # type: ignore[arg-type]
+            return
+        acked, failed, resets = payload  # type: ignore[misc]
         pending = self.pending
         self._asked = False
         if acked:
@@ -291,16 +324,135 @@ class SpoutExecutor(Emitter):
     def _timed_out(self, root: int, msg_id: Any) -> None:
         self._started.pop(root, None)
         self.timed_out += 1
+        if self._cut is not None:
+            self.metrics.failed += 1
+            self._roll_back(f"a tree of msg id {msg_id!r} timed out")
+            return
         self._fail(msg_id, "timeout")
 
     def rotate(self) -> None:
         """Advance the message timeout by one cohort (called every ``message_timeout_secs / (SPOUT_BUCKETS - 1)``)."""
         self.pending.rotate()
+        if self._cut is not None and self._cut.rolling_back:  # the request may have been lost
+            self._link.send_control(self._coordinator, ROLLBACK_REQUEST)  # type: ignore[arg-type]
 
     @property
     def finished(self) -> bool:
-        """Exhausted, with no tree pending and no replay due: what ``TopologyHandle.wait`` waits for."""
+        """Exhausted, with no tree pending and no replay due: what ``TopologyHandle.wait`` waits
+        for. Exactly-once: and every tree emitted covered by a committed checkpoint."""
+        if self._cut is not None and (self._cut.uncommitted or not self._cut.ready):
+            return False
         return self.exhausted and not self._poll_after_fail and not len(self.pending) and not self._acked_at_emit
+
+    # -- exactly-once (``_exactly_once``) ---------------------------------------------------------
+    def _results_under_cut(self, payload: SpoutPayload) -> None:
+        """The acker's results, exactly-once: a completed tree only frees the pending budget
+        (``ack`` waits for the commit that covers it); a failed one rolls the topology back."""
+        acked, failed, resets = payload
+        pending = self.pending
+        if acked:
+            now = time.perf_counter()
+            started, complete = self._started, self._complete
+            for root in acked:
+                if pending.pop(root) is not None and not root & LATENCY_SAMPLE_MASK:
+                    begun = started.pop(root, None)
+                    if begun is not None:
+                        complete.add(now - begun)
+        for root in failed:
+            msg_id = pending.pop(root)
+            if msg_id is not None:
+                self._started.pop(root, None)
+                self.metrics.failed += 1
+                self._roll_back(f"the tree of msg id {msg_id!r} failed")
+        for root in resets:
+            msg_id = pending.get(root)
+            if msg_id is not None:
+                pending.put(root, msg_id)
+
+    def _roll_back(self, why: str) -> None:
+        """Ask the checkpoint spout to take the topology back to the last committed cut, and
+        emit nothing until the ROLLBACK comes (what is emitted meanwhile would be void)."""
+        cut = self._cut
+        assert cut is not None
+        if cut.rolling_back or self._coordinator is None:
+            return
+        cut.rolling_back = True
+        logger.warning(
+            "spout %r task %d: %s: rolling the topology back to its last checkpoint",
+            self.component_id,
+            self.task_id,
+            why,
+        )
+        self._link.send_control(self._coordinator, ROLLBACK_REQUEST)
+
+    def _on_barrier(self, barrier: Barrier) -> None:
+        """Act on one step of a checkpoint, then emit it on to every task that reads this spout,
+        in order with the data, anchored to the step's tree (``_exactly_once``). A step that
+        cannot be done fails the tree: the checkpoint spout rolls back."""
+        cut = self._cut
+        assert cut is not None
+        txid, action = barrier.txid, barrier.action
+        try:
+            if action == PREPARE:
+                if not cut.initialized:
+                    self.outbox.fail_tree(barrier.root)  # it must seek first: a rollback will say where
+                    return
+                cut.prepare(txid)
+            elif action == COMMIT:
+                self._commit(cut.commit(txid))
+            elif action == ROLLBACK:
+                self._drop(cut.rollback())
+                self.exhausted = False
+            elif action == INITSTATE and not cut.initialized:
+                cut.initialize()
+                self.exhausted = False
+        except Exception as exc:
+            self.report_error(exc, f"checkpoint {action} of transaction {txid} failed")
+            self.outbox.fail_tree(barrier.root)
+            return
+        self._pass_on(barrier)
+
+    def _commit(self, covered: list[tuple[int, Any]]) -> None:
+        """The checkpoint covering these trees committed: ``ack`` each msg id, once."""
+        pending, started = self.pending, self._started
+        ack = self.spout.ack
+        observer, component_id = self.observer, self.component_id
+        for root, msg_id in covered:
+            pending.pop(root)
+            started.pop(root, None)
+            if observer is not None:
+                observer.acked(component_id, msg_id)
+            try:
+                ack(msg_id)
+            except Exception as exc:
+                self.report_error(exc, "ack raised")
+        self.metrics.acked += len(covered)
+
+    def _drop(self, void: list[tuple[int, Any]]) -> None:
+        """Forget the trees a rollback made void: replaying them is the seek's job, not ``fail``'s."""
+        pending, started = self.pending, self._started
+        for root, _ in void:
+            pending.pop(root)
+            started.pop(root, None)
+
+    def _pass_on(self, barrier: Barrier) -> None:
+        route = self.routes[CHECKPOINT_STREAM]
+        values = [barrier.txid, barrier.action]
+        targets = route.choose(self.task_id, values)
+        batches = self._batches
+        root, val = barrier.root, 0
+        for task in targets:
+            batch = batches[task]
+            if batch.stream is not route.stream:
+                batch.switch(route.stream)
+            edge = getrandbits(64) or new_id()
+            val ^= edge
+            batch.trees += (root, edge)
+            batch.values.append(values)
+        self.outbox.ack(root, barrier.edge ^ val)
+        self.outbox.urgent = True
+        if self.flush_after_receive:
+            self.outbox.flush_data()
 
     def snapshot(self) -> dict[str, Any]:
         self.metrics.transferred = self.outbox.transferred

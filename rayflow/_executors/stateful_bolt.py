@@ -10,6 +10,12 @@ It owns what the checkpoint protocol asks of one stateful task (``_state/checkpo
 - the checkpoint actions: stage the changes (PREPARE), commit (COMMIT), drop and reload
   (ROLLBACK). An action that cannot be done raises, and the executor fails the checkpoint.
 
+Exactly-once (``rayflow/_exactly_once``) needs no held acks: a PREPARE is aligned with every
+input held back, so the staged state is a consistent cut whatever the acker says, and a
+rollback restores the state without failing anything (the spouts seek). So acks go to the acker
+at once, and a task that is not initialized (restarted) initializes at the ROLLBACK its restart
+causes, dropping what it held: those inputs came before the rollback's cut.
+
 The executor calls ``execute`` of this object for every data tuple; once initialized that is
 the user's own ``execute`` (an instance attribute set at INITSTATE: no call in between).
 """
@@ -81,12 +87,14 @@ class StatefulBoltAdapter(BoltKind):
         self.namespace = ""
         self.checkpoints = 0
         self.rollbacks = 0
+        self.exactly_once = False
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.user_component.declare_output_fields(declarer)
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+        self.exactly_once = conf.get("processing_guarantee") == "exactly_once"
         self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
 
@@ -105,6 +113,9 @@ class StatefulBoltAdapter(BoltKind):
         """The user acked ``tup``: count it, and keep its acker value until the commit."""
         tree = tup._tree
         if tree is None:  # acked or failed already
+            return
+        if self.exactly_once:
+            self._task.ack(tup)
             return
         held = self.held
         if tree.__class__ is int:
@@ -158,7 +169,10 @@ class StatefulBoltAdapter(BoltKind):
             if self.initialized:
                 self._hook("pre_rollback")
             provider.rollback(self.namespace)
-            if self.initialized:
+            if not self.initialized and self.exactly_once:
+                self.waiting = []  # sent before the cut the spouts go back to: replayed after it
+                self._initialize(provider)
+            elif self.initialized:
                 data, committed = provider.load(self.namespace)
                 self.state.reset(data)
                 fail = self._task.outbox.fail_tree

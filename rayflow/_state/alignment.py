@@ -24,8 +24,11 @@ __all__ = ["CheckpointAlignment"]
 
 
 class CheckpointAlignment:
-    def __init__(self, upstream_tasks: int) -> None:
+    def __init__(self, upstream_tasks: int, *, one_attempt: bool = False) -> None:
         self.upstream_tasks = upstream_tasks
+        self.one_attempt = one_attempt
+        """Exactly-once: a tuple of a new attempt abandons the attempt held at once (its
+        inputs are held back, so waiting for it to complete would wait for ever)."""
         self._held: dict[tuple[Any, Any, Any], dict[int, Tuple]] = {}
         """Per attempt (txid, action, tree root): its tuples by the upstream task that sent them."""
 
@@ -34,10 +37,15 @@ class CheckpointAlignment:
         (empty if none is) and the stale tuples: of abandoned attempts, and one that a later
         tuple of the same attempt from the same task replaced (a replayed stream)."""
         key = (tup.values[0], tup.values[1], _attempt(tup))
+        stale = []
+        if self.one_attempt and key not in self._held:
+            stale = [t for tuples in self._held.values() for t in tuples.values()]
+            self._held.clear()
         held = self._held.setdefault(key, {})
         replaced = held.get(tup.source_task)
         held[tup.source_task] = tup
-        stale = [replaced] if replaced is not None else []
+        if replaced is not None:
+            stale.append(replaced)
         if len(held) < self.upstream_tasks:
             return [], stale
         del self._held[key]

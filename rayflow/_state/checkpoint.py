@@ -19,6 +19,12 @@ A PREPARE that fails or times out is answered by ROLLBACK: every stateful bolt d
 staged, returns to its committed state and fails the inputs it acked since, so their spouts
 replay them. A failed COMMIT or ROLLBACK is sent again (both are idempotent).
 
+Exactly-once (``rayflow/_exactly_once``) runs the same transaction through the spout tasks and
+adds one input: a spout task whose tree failed asks for a rollback (``request_rollback``), and
+so does any task's restart. The transaction then goes back to its last commit: a PREPARE in
+flight is abandoned and rolled back; when nothing is prepared, a ROLLBACK of the next txid makes
+every task drop what it did since the commit.
+
 Recovery -- the spout's first open, its restart, and after every rollback -- finishes what its
 stored phase left open (COMMITTING: COMMIT again; PREPARING: ROLLBACK) and then sends INITSTATE:
 a bolt task that has not been initialized (new, or restarted) loads its committed state then,
@@ -86,6 +92,9 @@ class CheckpointSpout(Spout):
         self.hold_until_tick = False
         self.commits = 0
         self.rollbacks = 0
+        self.exactly_once = conf.get("processing_guarantee") == "exactly_once"
+        self.rollback_due = False
+        """Exactly-once: something failed since the last commit; roll back before going on."""
         self._load()
 
     def _load(self) -> None:
@@ -126,8 +135,11 @@ class CheckpointSpout(Spout):
             self._load()
             if not self.loaded:
                 return
-        if self.recovering:
-            self._emit(self.txid, _RECOVERY[self.phase])
+        action = _RECOVERY[self.phase] if self.recovering else None
+        if self.rollback_due and self.phase == COMMITTED and action in (INITSTATE, None):
+            self._emit(self.txid + 1, ROLLBACK)  # nothing prepared: drop what came since the commit
+        elif action is not None:
+            self._emit(self.txid, action)
         elif self.due and self._persist(self.txid + 1, PREPARING):
             self.due = False
             self._emit(self.txid, PREPARE)
@@ -152,6 +164,18 @@ class CheckpointSpout(Spout):
         self.in_flight = None
         self.recovering = True
         self.hold_until_tick = True
+        if self.exactly_once:  # what the task held, and sent to it, is lost: back to the cut
+            self.rollback_due = True
+
+    def request_rollback(self) -> None:
+        """Exactly-once: a spout task's tree failed or timed out. A PREPARE in flight cannot
+        commit a cut that includes it: abandon it (recovery rolls it back); a COMMIT in flight
+        finishes first (its cut is whole); then roll back."""
+        self.rollback_due = True
+        if self.in_flight is not None and self.in_flight[1] == PREPARE:
+            self.in_flight = None
+            self.recovering = True
+        self._step()
 
     # -- the spout lifecycle ----------------------------------------------------------------------
     def next_tuple(self) -> None:
@@ -175,6 +199,7 @@ class CheckpointSpout(Spout):
                 logger.warning("checkpoint spout: transaction %d rolled back", txid)
                 self.rollbacks += 1
                 self.recovering = True
+                self.rollback_due = False
         elif action == INITSTATE:
             self.recovering = False
         self._step()

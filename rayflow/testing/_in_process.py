@@ -30,6 +30,7 @@ from .._errors import RayflowError
 from .._executors import Executor, SpoutExecutor, make_executor
 from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
+from .._exactly_once.wiring import with_guarantee
 from .._run_checks import config_to_run
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._topology import ACKER_COMPONENT, Topology
@@ -130,6 +131,7 @@ class InProcessTopology:
             # A test's state lives as long as the run: nothing written outside the process.
             config = config.merged({"state_provider": "memory"})
         self.conf = config_to_run(topology, config, reach=False)
+        topology = with_guarantee(topology, self.conf)
         self.layout = topology.task_layout(self.conf.ackers)
         self.delivery = delivery
         self.seed = seed
