@@ -76,6 +76,10 @@ class BoltExecutor(Emitter):
         sent since, in order (``_receive_aligned``)."""
         self._inbox: deque[DataPayload] = deque()
         self._draining = False
+        self._waiting_step: list[Tuple] | None = None
+        """A PREPARE aligned, waiting for this task to settle its inputs (``_align``)."""
+        self._void = 0
+        """Inputs unsettled when the last rollback came: void, never waited for."""
         if self._exactly_once:
             self.receive = self._receive_aligned  # type: ignore[method-assign]
         self._timed: dict[Tuple, float] = {}
@@ -165,8 +169,11 @@ class BoltExecutor(Emitter):
         is held back (``_held_back``) until every input has, as Flink aligns barriers, so that
         a checkpoint cuts every input at the same step. Held payloads go first once released,
         in the order they came."""
+        self._inbox.append(payload)
+        self._drain()
+
+    def _drain(self) -> None:
         inbox = self._inbox
-        inbox.append(payload)
         if self._draining:
             return
         self._draining = True
@@ -176,6 +183,10 @@ class BoltExecutor(Emitter):
                 held = self._held_back.get(payload[0])
                 if held is not None:
                     held.append(payload)
+                    if CHECKPOINT_STREAM in payload[3]:
+                        # A held input sent the next step: the coordinator gave up the one
+                        # being aligned (it sends one step at a time). Let everything go.
+                        self._abandon_alignment()
                 else:
                     BoltExecutor.receive(self, payload)
         finally:
@@ -247,12 +258,72 @@ class BoltExecutor(Emitter):
             for old in stale:
                 self.outbox.fail_tree(old._tree)
             if self._exactly_once:
-                if ready or stale:
-                    self._release()
-                if not ready and tup.values[1] in _CUTS:
-                    self._held_back.setdefault(tup.source_task, [])
-            if ready:
+                self._align(tup, ready, stale)
+            elif ready:
                 self._checkpoint(ready)
+
+    # -- exactly-once alignment ---------------------------------------------------------------
+    def _align(self, tup: Tuple, ready: list[Tuple], stale: list[Tuple]) -> None:
+        """Exactly-once: hold this input back once it has delivered a PREPARE or a ROLLBACK,
+        until every input has (Flink's barrier alignment); let the inputs go once the step is
+        acted on, or abandoned (a new attempt came: ``stale``).
+
+        A PREPARE also waits for this task to settle (ack or fail) every input it received
+        before it: a bolt that acks later emits later, and what it emits for an input before
+        the cut must reach the next bolts before the cut too."""
+        if stale and self._waiting_step is not None:
+            for old in self._waiting_step:
+                self.outbox.fail_tree(old._tree)
+            self._stop_waiting()
+        if ready and ready[0].values[1] == PREPARE and self._unsettled() > 0:
+            self._held_back.setdefault(tup.source_task, [])
+            self._waiting_step = ready
+            self.ack = self._ack_then_go_on  # type: ignore[method-assign]
+            self.fail = self._fail_then_go_on  # type: ignore[method-assign]
+            return
+        if ready or stale:
+            self._release()
+        if not ready and tup.values[1] in _CUTS:
+            self._held_back.setdefault(tup.source_task, [])
+        if ready:
+            if ready[0].values[1] == ROLLBACK:
+                self._void = self.metrics.executed - self.metrics.acked - self.metrics.failed
+            self._checkpoint(ready)
+
+    def _abandon_alignment(self) -> None:
+        for old in self._alignment.clear() + (self._waiting_step or []):
+            self.outbox.fail_tree(old._tree)
+        if self._waiting_step is not None:
+            self._stop_waiting()
+        self._release()
+
+    def _unsettled(self) -> int:
+        """Inputs executed and neither acked nor failed yet, leaving out those a rollback made
+        void (their trees were dropped with it)."""
+        metrics = self.metrics
+        return metrics.executed - metrics.acked - metrics.failed - self._void
+
+    def _ack_then_go_on(self, tup: Tuple) -> None:
+        BoltExecutor.ack(self, tup)
+        self._go_on_if_settled()
+
+    def _fail_then_go_on(self, tup: Tuple) -> None:
+        BoltExecutor.fail(self, tup)
+        self._go_on_if_settled()
+
+    def _go_on_if_settled(self) -> None:
+        ready = self._waiting_step
+        if ready is None or self._unsettled() > 0:
+            return
+        self._stop_waiting()
+        self._release()
+        self._checkpoint(ready)
+        self._drain()
+
+    def _stop_waiting(self) -> None:
+        self._waiting_step = None
+        del self.ack  # back to the class's own: no check per ack while nothing waits
+        del self.fail
 
     def _checkpoint(self, tuples: list[Tuple]) -> None:
         txid, action = tuples[0].values

@@ -37,10 +37,9 @@ class CheckpointAlignment:
         (empty if none is) and the stale tuples: of abandoned attempts, and one that a later
         tuple of the same attempt from the same task replaced (a replayed stream)."""
         key = (tup.values[0], tup.values[1], _attempt(tup))
-        stale = []
+        stale: list[Tuple] = []
         if self.one_attempt and key not in self._held:
-            stale = [t for tuples in self._held.values() for t in tuples.values()]
-            self._held.clear()
+            stale = self.clear()
         held = self._held.setdefault(key, {})
         replaced = held.get(tup.source_task)
         held[tup.source_task] = tup
@@ -52,6 +51,12 @@ class CheckpointAlignment:
         stale += [t for tuples in self._held.values() for t in tuples.values()]
         self._held.clear()
         return list(held.values()), stale
+
+    def clear(self) -> list[Tuple]:
+        """Give up every attempt held; returns their tuples (to be failed)."""
+        stale = [t for tuples in self._held.values() for t in tuples.values()]
+        self._held.clear()
+        return stale
 
 
 def _attempt(tup: Tuple) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import itertools
 import pickle
 import random
 from collections import deque
@@ -27,10 +28,10 @@ from typing import Any, Literal
 from .._config import Config
 from .._context import TopologyContext
 from .._errors import RayflowError
+from .._exactly_once.wiring import with_guarantee
 from .._executors import Executor, SpoutExecutor, make_executor
 from .._groupings import ShuffleGrouping
 from .._metrics import merge_by_component
-from .._exactly_once.wiring import with_guarantee
 from .._run_checks import config_to_run
 from .._state.checkpoint import CHECKPOINT_STREAM
 from .._topology import ACKER_COMPONENT, Topology
@@ -140,25 +141,58 @@ class InProcessTopology:
         self.control: deque[tuple[int, bytes]] = deque()
         self.recorder = Recorder()
         self.now = 0.0
-        self._timers: list[tuple[float, int, float, Callable[[], None]]] = []
-        link = _QueueLink(self)
-        self.executors: dict[int, Executor] = {}
-        for task in self.layout:
-            # Every task gets its own copy of the components, as every Ray actor unpickles its own.
-            context = TopologyContext(task, self.layout, topology.stream_fields())
-            own = copy.deepcopy(topology)
-            self._seed_groupings(own, task)
-            executor = make_executor(own, self.conf, context, link)
-            if isinstance(executor, SpoutExecutor):
-                executor.root_bits = self._generator(task, "roots").getrandbits
-            executor.observer = self.recorder
-            self.executors[task] = executor
-        for executor in self.executors.values():
+        self._timers: list[tuple[float, int, float, Callable[[], None], int]] = []
+        """(due, order, period, action, task): every task's timers, soonest first."""
+        self._order = itertools.count()
+        self._topology = topology
+        self._link = _QueueLink(self)
+        self._restarts: dict[int, int] = {}
+        self._active = active
+        self.executors: dict[int, Executor] = {task: self._make(task) for task in self.layout}
+        for task, executor in self.executors.items():
             executor.start()
-            for period, action in executor.timers():
-                heapq.heappush(self._timers, (period, len(self._timers), period, action))
+            self._add_timers(task, executor)
         if active:
             self.activate()
+
+    def _make(self, task: int) -> Executor:
+        # Every task gets its own copy of the components, as every Ray actor unpickles its own.
+        context = TopologyContext(task, self.layout, self._topology.stream_fields())
+        own = copy.deepcopy(self._topology)
+        self._seed_groupings(own, task)
+        executor = make_executor(own, self.conf, context, self._link)
+        if isinstance(executor, SpoutExecutor):
+            restarts = self._restarts.get(task, 0)
+            executor.root_bits = self._generator(task, f"roots {restarts}" if restarts else "roots").getrandbits
+        executor.observer = self.recorder
+        return executor
+
+    def _add_timers(self, task: int, executor: Executor) -> None:
+        for period, action in executor.timers():
+            heapq.heappush(self._timers, (self.now + period, next(self._order), period, action, task))
+
+    def kill(self, task: int) -> None:
+        """Kill task ``task`` and start it again, as Ray restarts a dead task actor: what was
+        queued for it is lost, its component is built afresh from the topology and
+        ``open``ed or ``prepare``d again, and every other task hears of the restart. What the
+        task kept in memory is gone -- a ``"memory"`` state provider's state too; give the run
+        ``state_provider="sqlite"`` with a ``{"dir": ...}`` to keep committed state, as a
+        task on Ray does. ``metrics()`` counts the restart."""
+        if task not in self.executors:
+            raise RayflowError(f"no task {task} in this topology (its tasks: {sorted(self.executors)})")
+        self.data = deque(item for item in self.data if item[0] != task)
+        self.control = deque(item for item in self.control if item[0] != task)
+        self._restarts[task] = self._restarts.get(task, 0) + 1
+        executor = self.executors[task] = self._make(task)
+        self._timers = [timer for timer in self._timers if timer[4] != task]
+        heapq.heapify(self._timers)
+        executor.start()
+        self._add_timers(task, executor)
+        if self._active:
+            executor.activate()
+        for other, peer in self.executors.items():
+            if other != task:
+                peer.peer_restarted(task)
 
     def _generator(self, task: int, purpose: str) -> random.Random:
         """A generator of its own for one use in one task, seeded from the run's ``seed`` (a
@@ -209,16 +243,21 @@ class InProcessTopology:
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per component, summed over its tasks: the shape of ``TopologyHandle.metrics()``."""
         snaps = {task: e.snapshot() for task, e in self.executors.items()}
-        for snap in snaps.values():
-            snap.update(alive=True, restarts=0)
-        return merge_by_component(self.layout, snaps)
+        for task, snap in snaps.items():
+            snap.update(alive=True, restarts=self._restarts.get(task, 0))
+        merged = merge_by_component(self.layout, snaps)
+        for component, summary in merged.items():  # as ``TopologyHandle.metrics``
+            summary["restarts"] = sum(n for t, n in self._restarts.items() if self.layout[t] == component)
+        return merged
 
     # -- driving ------------------------------------------------------------------------------
     def activate(self) -> None:
+        self._active = True
         for executor in self.executors.values():
             executor.activate()
 
     def deactivate(self) -> None:
+        self._active = False
         for executor in self.executors.values():
             executor.deactivate()
 
@@ -241,18 +280,24 @@ class InProcessTopology:
 
     def settle(self) -> None:
         """Flush every outbox and deliver every payload, until nothing moves."""
-        while True:
-            for executor in self.executors.values():
-                executor.outbox.flush()
-            picked = self._next()
-            if picked is None:
-                return
-            queue, (dest, payload) = picked
-            executor = self.executors[dest]
-            if queue is self.data:
-                executor.receive(pickle.loads(payload))
-            else:
-                executor.receive_control(pickle.loads(payload))
+        while self.step():
+            pass
+
+    def step(self) -> bool:
+        """Flush every outbox and deliver one payload; ``False`` if there was none. (A test
+        can stop between any two deliveries: to kill a task at a chosen moment, say.)"""
+        for executor in self.executors.values():
+            executor.outbox.flush()
+        picked = self._next()
+        if picked is None:
+            return False
+        queue, (dest, payload) = picked
+        executor = self.executors[dest]
+        if queue is self.data:
+            executor.receive(pickle.loads(payload))
+        else:
+            executor.receive_control(pickle.loads(payload))
+        return True
 
     def run_spouts(self, max_calls: int = 1000) -> int:
         """Give every spout task that wants it one burst of ``next_tuple`` calls; returns the
@@ -312,10 +357,10 @@ class InProcessTopology:
         until = self.now + secs
         timers = self._timers
         while timers and timers[0][0] <= until:
-            due, order, period, action = heapq.heappop(timers)
+            due, order, period, action, task = heapq.heappop(timers)
             self.now = due
             action()
-            heapq.heappush(timers, (due + period, order, period, action))
+            heapq.heappush(timers, (due + period, order, period, action, task))
             self.settle()
         self.now = until
 

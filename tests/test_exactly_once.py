@@ -1,0 +1,231 @@
+"""Exactly-once, in process: Storm's word count with a stateful count, where at-least-once
+state counts a failed sentence's words twice, run with ``processing_guarantee="exactly_once"``
+through failures, timeouts and killed tasks. What must hold every time: each word's count
+equals the truth, ``Spout.ack`` is called once per msg id, ``fail`` never."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rayflow import Bolt, Config, TopologyBuilder, TopologyError, WindowedBolt
+from rayflow import Count as CountLength
+from rayflow.testing import InProcessTopology, complete_topology
+
+from .exactly_once_components import Numbered, Split, Unseekable, sentence, true_counts, wordcount
+
+EXACTLY_ONCE = Config(processing_guarantee="exactly_once")
+
+
+def counts_of(components: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for bolt in components:
+        for word, n in bolt.counts.items():
+            assert word not in counts, f"{word!r} counted by two tasks"
+            counts[word] = n
+    return counts
+
+
+def run_to_the_end(run: InProcessTopology, *, rounds: int = 200) -> None:
+    """Drive ``run`` until every spout is exhausted with every tree committed."""
+    for _ in range(rounds):
+        run.run()
+        if run.finished:
+            return
+        run.advance(1.0)
+    raise AssertionError(f"not finished after {rounds} simulated seconds: {run.metrics()}")
+
+
+class TestTheGuaranteeIsAsked:
+    def test_at_least_once_is_the_default(self) -> None:
+        assert Config().processing_guarantee == "at_least_once"
+        assert Config.model_validate({"topology.processing.guarantee": "exactly_once"}).processing_guarantee == (
+            "exactly_once"
+        )
+
+    def test_a_spout_that_cannot_go_back_is_refused_naming_it(self) -> None:
+        builder = TopologyBuilder()
+        builder.set_spout("tweets", Unseekable())
+        builder.set_bolt("split", Split()).shuffle_grouping("tweets")
+        with pytest.raises(TopologyError, match=r"spout 'tweets' \(Unseekable\).*no position and no seek"):
+            complete_topology(builder.create_topology(), EXACTLY_ONCE)
+
+    def test_exactly_once_needs_an_acker(self) -> None:
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Numbered(3))
+        builder.set_bolt("split", Split()).shuffle_grouping("sentences")
+        with pytest.raises(TopologyError, match="needs an acker"):
+            InProcessTopology(builder.create_topology(), EXACTLY_ONCE.merged({"ackers": 0}))
+
+    def test_a_windowed_bolt_is_refused(self) -> None:
+        class Windows(WindowedBolt):
+            def execute(self, window: Any) -> None:
+                pass
+
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Numbered(3))
+        builder.set_bolt("windows", Windows().with_tumbling_window(CountLength(2))).shuffle_grouping("sentences")
+        with pytest.raises(TopologyError, match="bolt 'windows' is a WindowedBolt"):
+            complete_topology(builder.create_topology(), EXACTLY_ONCE)
+
+
+class TestAFailedSentence:
+    """Split emits half of a sentence's words, then fails the sentence (once)."""
+
+    FAILING = frozenset({sentence(13), sentence(31)})
+
+    def test_at_least_once_state_counts_its_words_twice(self) -> None:
+        spout = _ReplayingNumbered(40)
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", spout)
+        builder.set_bolt("split", Split(self.FAILING), parallelism=2).shuffle_grouping("sentences")
+        builder.set_bolt("count", _count(), parallelism=2).fields_grouping("split", ["word"])
+        result = complete_topology(builder.create_topology(), Config(max_spout_pending=10))
+        total = sum(counts_of(result.components("count")).values())
+        # The failed halves are counted, then counted again on replay; and the rollback that
+        # the failures cause fails every input acked since the last commit, counted again too.
+        assert total > 4 * 40
+
+    def test_exactly_once_counts_every_word_once(self) -> None:
+        result = complete_topology(
+            wordcount(40, fail_once=self.FAILING), EXACTLY_ONCE.merged({"max_spout_pending": 10})
+        )
+        assert counts_of(result.components("count")) == true_counts(40)
+        assert sorted(result.acked("sentences")) == list(range(40))
+        assert result.failed("sentences") == []
+        assert result.metrics()["sentences"]["acked"] == 40
+        assert result.metrics()["count"]["rollbacks"] >= 2
+
+    def test_each_msg_id_is_acked_once_and_only_after_its_checkpoint_commits(self) -> None:
+        run = InProcessTopology(wordcount(10), EXACTLY_ONCE)
+        run.run()
+        assert run.acked("sentences") == []  # every tree is complete, no checkpoint has committed
+        assert run.pending_trees() == 0
+        run_to_the_end(run)
+        assert sorted(run.acked("sentences")) == list(range(10))
+
+
+class TestATimedOutTree:
+    def test_a_held_tuple_times_out_and_the_topology_rolls_back_exactly(self) -> None:
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Numbered(20))
+        builder.set_bolt("split", _HoldsOnce(sentence(7)), parallelism=2).shuffle_grouping("sentences")
+        builder.set_bolt("count", _count(), parallelism=2).fields_grouping("split", ["word"])
+        result = complete_topology(builder.create_topology(), EXACTLY_ONCE.merged({"message_timeout_secs": 5}))
+        assert counts_of(result.components("count")) == true_counts(20)
+        assert sorted(result.acked("sentences")) == list(range(20))
+        assert result.metrics()["count"]["rollbacks"] >= 1  # the checkpoint waited on the held tuple, and timed out
+
+
+def durable(tmp_path: Path, **more: Any) -> Config:
+    """Exactly-once with state that survives a task's death (an embedded SQLite per run)."""
+    return EXACTLY_ONCE.merged({"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, **more})
+
+
+class TestAKilledTask:
+    @pytest.mark.parametrize("component", ["sentences", "split", "count", "__acker", "__checkpoint"])
+    def test_any_task_killed_mid_run_leaves_the_counts_exact(self, tmp_path: Path, component: str) -> None:
+        run = InProcessTopology(wordcount(60), durable(tmp_path, max_spout_pending=8))
+        for _ in range(3):  # part of the stream, with a checkpoint or two committed
+            run.run_spouts(5)
+            run.settle()
+            run.advance(1.0)
+        task = next(t for t, c in run.layout.items() if c == component)
+        run.kill(task)
+        run_to_the_end(run)
+        assert counts_of(run.components("count")) == true_counts(60)
+        assert run.metrics()[component]["restarts"] == 1
+        acked = run.acked("sentences")
+        assert sorted(acked) == list(range(60)), "each msg id acked exactly once"
+
+
+class TestResumeAfterAWholeRestart:
+    def test_the_same_topology_started_again_resumes_from_its_last_committed_cut(self, tmp_path: Path) -> None:
+        conf = durable(tmp_path, max_spout_pending=5).merged({"topology.name": "resumed"})
+        first = InProcessTopology(wordcount(30), conf)
+        for _ in range(3):
+            first.run_spouts(5)
+            first.settle()
+            first.advance(1.0)
+        committed_before = len(first.acked("sentences"))
+        assert 0 < committed_before < 30
+        # Every task dies at once; the same topology is submitted again under the same name.
+        second = InProcessTopology(wordcount(30), conf)
+        run_to_the_end(second)
+        assert sorted(second.acked("sentences")) == list(range(committed_before, 30))
+        assert counts_of(second.components("count")) == true_counts(30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    failing=st.sets(st.integers(0, 24), max_size=3),
+    kill=st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from(["sentences", "split", "count", "__acker", "__checkpoint"]), st.integers(0, 400)),
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_wherever_a_failure_strikes_the_counts_are_exact(
+    tmp_path_factory: pytest.TempPathFactory, failing: set[int], kill: tuple[str, int] | None, seed: int
+) -> None:
+    """Which sentence fails, which task dies, and at which delivery (so in whichever phase of
+    whichever checkpoint): the final counts are the truth, and every msg id acked once."""
+    tmp_path = tmp_path_factory.mktemp("eo")
+    topology = wordcount(25, fail_once=frozenset(sentence(i) for i in failing))
+    run = InProcessTopology(topology, durable(tmp_path, max_spout_pending=6), seed=seed)
+    deliveries = 0
+    for _ in range(60):
+        run.run_spouts(3)
+        while run.step():
+            deliveries += 1
+            if kill is not None and deliveries == kill[1]:
+                run.kill(next(t for t, c in run.layout.items() if c == kill[0]))
+        run.advance(0.5)
+        if run.finished:
+            break
+    run_to_the_end(run)
+    assert counts_of(run.components("count")) == true_counts(25)
+    assert sorted(run.acked("sentences")) == list(range(25))
+    assert run.failed("sentences") == []
+
+
+class _ReplayingNumbered(Numbered):
+    """At-least-once: replays what fails."""
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        super().open(conf, context, collector)
+        self.replay: list[int] = []
+
+    def next_tuple(self) -> None:
+        if self.replay:
+            i = self.replay.pop(0)
+            self.collector.emit([sentence(i)], msg_id=i)
+        else:
+            super().next_tuple()
+
+    def fail(self, msg_id: int) -> None:
+        self.replay.append(msg_id)
+
+
+class _HoldsOnce(Split):
+    """Never acks ``held`` the first time it comes (so its tree times out)."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = held
+
+    def execute(self, tup: Any) -> None:
+        if tup["sentence"] == self.held and self.held not in self.failed:
+            self.failed.add(self.held)
+            return
+        super().execute(tup)
+
+
+def _count() -> Bolt:
+    from .exactly_once_components import Count
+
+    return Count()
