@@ -2,9 +2,10 @@
 
 How the package stacks, bottom up:
 
-    plain Python, no Ray      _errors, _config, _tuple, _components, _context, _groupings,
-                              _topology, _anchoring, _rotating_map, _ack_ledger, _outbox, _router,
-                              _collectors, _metrics, _state/, _windows/, _executors/, _run_checks
+    plain Python, no Ray      _errors, _urls, _pending, _config, _tuple, _components, _context,
+                              _groupings, _topology, _anchoring, _rotating_map, _ack_ledger, _outbox,
+                              _router, _collectors, _metrics, _state/, _windows/, _executors/,
+                              _run_checks
     on Ray                    _runtime/ (one actor per task around an executor), _ui/ (the web
                               page and the Prometheus metrics of a running topology, in the driver)
     public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
