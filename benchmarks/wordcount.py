@@ -5,22 +5,24 @@ Not a test: run it on a quiet machine.
     python benchmarks/wordcount.py [--sentences N] [--tasks 1 2 4] [--rounds 5] [--json results.json]
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
-whose bolts rayflow runs here). rayflow runs
-spout -> split (shuffle) -> count (fields on word), one task each, 1 acker when acking; the
-sweep runs the reliable topology with 1, 2 and 4 tasks per bolt. The sweep and bytewax run
-``--rounds`` times, interleaved, and each is reported by its median run; the two ratios with
-targets (1 x 1 against bytewax, 2 x 2 against 1 x 1) are the medians of each round's ratio of
-two runs made one after the other, as a shared machine's speed drifts. The latency run feeds the
-reliable topology at half the rate it reached and reports the complete latency (spout emit to
-spout ack) percentiles. bytewax runs the same split and count (``flat_map`` then a keyed
-``stateful_map``) on one worker, without any acking.
+whose bolts rayflow runs here). rayflow runs spout -> split (shuffle) -> count (fields on word),
+1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep) and, 1 x 1, with ``ackers=0``.
+bytewax runs the same split and count (``flat_map`` then a keyed ``stateful_map``) without any
+acking, on one worker in this process and on a cluster of 2 worker processes
+(``--bytewax-workers``). All of them run ``--rounds`` times, interleaved, and each is reported
+by its median run; every ratio against bytewax or between two configurations is the median of
+each round's ratio of two runs made in that round, as a shared machine's speed drifts. The
+latency run feeds the reliable topology at half the rate it reached and reports the complete
+latency (spout emit to spout ack) percentiles, beside those of the saturated 1 x 1 runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import socket
 import statistics
 import sys
 import time
@@ -151,18 +153,35 @@ def run_per_call(sentences: int) -> dict[str, Any]:
     return {"words": expected, "seconds": elapsed, "words_per_s": expected / elapsed}
 
 
-def run_bytewax(sentences: int, batch_size: int) -> dict[str, Any] | None:
-    """The same split and count on bytewax 0.21, one worker, in this process; ``None`` when
-    bytewax is not installed."""
-    try:
-        import bytewax.operators as op
-        from bytewax.dataflow import Dataflow
-        from bytewax.outputs import DynamicSink, StatelessSinkPartition
-        from bytewax.testing import TestingSource, run_main
-    except ImportError:
-        return None
+def _bytewax_flow(sentences: int, batch_size: int, counted: list[float]) -> Any:
+    """The word count as a bytewax dataflow: each worker reads every ``worker_count``-th
+    sentence (a source partition per worker), splits it (``flat_map``) and counts the words
+    by key (``stateful_map``, words exchanged between workers); ``counted[0]`` adds up the
+    counts this process wrote, ``counted[1]`` is when (``time.time``) it read its first
+    sentence."""
+    import bytewax.operators as op
+    from bytewax.dataflow import Dataflow
+    from bytewax.inputs import DynamicSource, StatelessSourcePartition
+    from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-    counted = [0]
+    class Share(StatelessSourcePartition[str]):
+        def __init__(self, first: int, step: int) -> None:
+            self.next = first
+            self.step = step
+
+        def next_batch(self) -> list[str]:
+            if self.next >= sentences:
+                raise StopIteration
+            if not counted[1]:
+                counted[1] = time.time()
+            end = min(self.next + batch_size * self.step, sentences)
+            batch = [SENTENCES[i % 5] for i in range(self.next, end, self.step)]
+            self.next += len(batch) * self.step
+            return batch
+
+    class Sentences(DynamicSource[str]):
+        def build(self, step_id: str, worker_index: int, worker_count: int) -> Share:
+            return Share(worker_index, worker_count)
 
     class Tally(StatelessSinkPartition[Any]):
         def write_batch(self, items: list[Any]) -> None:
@@ -177,15 +196,69 @@ def run_bytewax(sentences: int, batch_size: int) -> dict[str, Any] | None:
         return state, state
 
     flow = Dataflow("wordcount")
-    lines = op.input("sentences", flow, TestingSource([SENTENCES[i % 5] for i in range(sentences)], batch_size))
-    words = op.flat_map("split", lines, str.split)
+    words = op.flat_map("split", op.input("sentences", flow, Sentences()), str.split)
     counts = op.stateful_map("count", op.key_on("word", words, lambda word: word), count)
     op.output("out", counts, TallySink())
-    started = time.perf_counter()
-    run_main(flow)
-    elapsed = time.perf_counter() - started
-    assert counted[0] == words_in(sentences), counted
-    return {"words": counted[0], "seconds": elapsed, "words_per_s": counted[0] / elapsed, "batch_size": batch_size}
+    return flow
+
+
+def _bytewax_process(addresses: list[str], proc_id: int, sentences: int, batch_size: int, ready: Any, go: Any) -> None:
+    """One process of a bytewax cluster (spawned): built, then run once ``go`` is set; puts
+    ``(words its sink wrote, when it read its first sentence, when it ended)`` on ``ready``."""
+    from bytewax.testing import cluster_main
+
+    counted = [0.0, 0.0]
+    flow = _bytewax_flow(sentences, batch_size, counted)
+    ready.put(None)
+    go.wait()
+    cluster_main(flow, addresses, proc_id)
+    ready.put((counted[0], counted[1], time.time()))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def run_bytewax(sentences: int, batch_size: int, workers: int = 1) -> dict[str, Any] | None:
+    """The same split and count on bytewax 0.21, without acking; ``None`` when bytewax is not
+    installed. One worker runs in this process; ``workers`` > 1 is a cluster of that many
+    processes of one worker each (bytewax's workers are threads under one GIL, so only
+    processes can use more than one core), timed from the first sentence read to the last
+    process's end (the time its processes take to connect to each other is left out)."""
+    try:
+        from bytewax.testing import run_main
+    except ImportError:
+        return None
+    expected = words_in(sentences)
+    if workers == 1:
+        counted = [0.0, 0.0]
+        flow = _bytewax_flow(sentences, batch_size, counted)
+        started = time.perf_counter()
+        run_main(flow)
+        elapsed = time.perf_counter() - started
+    else:
+        spawn = multiprocessing.get_context("spawn")
+        ready, go = spawn.Queue(), spawn.Event()
+        addresses = [f"127.0.0.1:{_free_port()}" for _ in range(workers)]
+        processes = [
+            spawn.Process(target=_bytewax_process, args=(addresses, i, sentences, batch_size, ready, go))
+            for i in range(workers)
+        ]
+        for process in processes:
+            process.start()
+        for _ in processes:
+            ready.get(timeout=120)
+        go.set()
+        ends = [ready.get(timeout=600) for _ in processes]
+        counted = [sum(words for words, _, _ in ends)]
+        elapsed = max(end for _, _, end in ends) - min(first for _, first, _ in ends if first)
+        for process in processes:
+            process.join()
+    assert counted[0] == expected, (counted, expected)
+    return {"words": expected, "seconds": elapsed, "words_per_s": expected / elapsed, "batch_size": batch_size}
 
 
 def run_bare_loop(sentences: int) -> dict[str, Any]:
@@ -224,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=5, help="the sweep and bytewax run this often, interleaved; medians are reported"
     )
-    parser.add_argument("--bytewax-batch", type=int, default=1000, help="bytewax TestingSource batch size")
+    parser.add_argument("--bytewax-batch", type=int, default=1000, help="sentences per bytewax source batch")
+    parser.add_argument(
+        "--bytewax-workers", type=int, nargs="*", default=[1, 2], help="bytewax runs with this many worker processes"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
     tuning = {
@@ -248,73 +324,90 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     sweep = sorted({1, *args.tasks})
-    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sweep}
-    bytewax_runs: list[dict[str, Any]] = []
+    rayflow_keys = [f"{n}x{n}" for n in sweep] + ["ackers0"]
+    bytewax_keys = [f"bytewax{w}" for w in args.bytewax_workers]
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in rayflow_keys + bytewax_keys}
     with LocalCluster() as cluster:
-        # Rounds interleave the configurations (and bytewax), so that a slow spell of a shared
-        # machine weighs on all of them alike; each is reported by its median run. The order
-        # turns round every round (bytewax, 1, 2, 4, then 4, 2, 1, bytewax): 1 x 1 always runs
-        # next to bytewax and to 2 x 2, and a machine slowing down through a round favours none.
+        # Rounds interleave the configurations, so that a slow spell of a shared machine weighs
+        # on all of them alike; each is reported by its median run. The order turns round every
+        # round (bytewax 2, ackers=0, bytewax 1, 1 x 1, 2 x 2, 4 x 4, then back): 1 x 1 always
+        # runs next to bytewax 1 and to 2 x 2, and a machine slowing down through a round
+        # favours none.
+        order = [*bytewax_keys[1:], "ackers0", *bytewax_keys[:1], *rayflow_keys[:-1]]
         for round_ in range(args.rounds):
-            order: list[int | None] = [None, *sweep]  # None: bytewax
-            for n in order if round_ % 2 == 0 else reversed(order):
-                if n is not None:
-                    runs[n].append(run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n))
-                    continue
-                bytewax_run = run_bytewax(args.sentences, args.bytewax_batch)
-                if bytewax_run is not None:
-                    bytewax_runs.append(bytewax_run)
-        results["tasks"] = {str(n): _median(r) for n, r in runs.items()}
+            for key in order if round_ % 2 == 0 else reversed(order):
+                if key.startswith("bytewax"):
+                    run = run_bytewax(args.sentences, args.bytewax_batch, int(key[len("bytewax") :]))
+                    if run is None:
+                        continue
+                elif key == "ackers0":
+                    run = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
+                else:
+                    tasks = int(key.split("x")[0])
+                    run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=tasks)
+                runs[key].append(run)
+        results["tasks"] = {str(n): _median(runs[f"{n}x{n}"]) for n in sweep}
         results["reliable"] = results["tasks"]["1"]
-        results["unreliable"] = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
+        results["unreliable"] = _median(runs["ackers0"])
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
         results["half_rate"] = run_rayflow(
             cluster, int(half_rate * args.latency_secs), 1, rate=half_rate, max_pending=pending, tuning=tuning
         )
         results["half_rate"]["sentences_per_s"] = half_rate
-    results["bytewax"] = _median(bytewax_runs) if bytewax_runs else None
+    results["bytewax_workers"] = {key[len("bytewax") :]: _median(runs[key]) for key in bytewax_keys if runs[key]}
+    results["bytewax"] = results["bytewax_workers"].get("1")
     results["bare_loop"] = run_bare_loop(args.sentences * 5)
 
     reliable = results["reliable"]["words_per_s"]
     results["ratios"] = {
         "reliable_vs_per_call": reliable / results["per_call"]["words_per_s"],
-        "reliable_vs_unreliable": reliable / results["unreliable"]["words_per_s"],
         "reliable_vs_bare_loop": reliable / results["bare_loop"]["words_per_s"],
     }
     # The ratios the targets are about are medians of per-round ratios, each of two runs made
-    # next to each other: a shared box's speed drifts by a third within minutes, which a ratio
+    # in the same round: a shared box's speed drifts by a third within minutes, which a ratio
     # of two medians (taken from different moments) would carry.
-    paired: dict[str, dict[str, Any]] = {}
-    if bytewax_runs:
-        paired["reliable_vs_bytewax"] = paired_ratio(runs[1], bytewax_runs)
-    if 2 in runs:
-        paired["2x2_vs_1x1"] = paired_ratio(runs[2], runs[1])
+    paired: dict[str, dict[str, Any]] = {"reliable_vs_unreliable": paired_ratio(runs["1x1"], runs["ackers0"])}
+    for key in bytewax_keys:
+        if runs[key]:
+            workers = key[len("bytewax") :]
+            suffix = "" if workers == "1" else f"_{workers}w"
+            paired[f"reliable_vs_bytewax{suffix}"] = paired_ratio(runs["1x1"], runs[key])
+            for n in sweep[1:]:
+                paired[f"{n}x{n}_vs_bytewax{suffix}"] = paired_ratio(runs[f"{n}x{n}"], runs[key])
+    for n in sweep[1:]:
+        paired[f"{n}x{n}_vs_1x1"] = paired_ratio(runs[f"{n}x{n}"], runs["1x1"])
     results["paired_ratios"] = paired
     results["ratios"].update({name: figure["median"] for name, figure in paired.items()})
 
-    print(f"{'configuration':<28}{'words/s':>14}")
-    for key, label in [
-        ("reliable", "rayflow, acking (1 acker)"),
-        ("unreliable", "rayflow, ackers=0"),
-        ("per_call", "one Ray call per tuple"),
-        ("bytewax", "bytewax 0.21, 1 worker"),
-        ("bare_loop", "bare Python loop"),
-    ]:
-        if results[key] is None:
-            print(f"{label:<28}{'not installed':>14}")
+    def each(key: str) -> str:
+        return ", ".join(f"{r['words_per_s'] / 1000:.0f}k" for r in runs[key])
+
+    labels = {
+        **{f"{n}x{n}": f"acking, {n} split x {n} count" for n in sweep},
+        "ackers0": "rayflow, ackers=0 (1 x 1)",
+        **{f"bytewax{w}": f"bytewax 0.21, {w} worker{'s' if w > 1 else ''}" for w in args.bytewax_workers},
+    }
+    header = "".join(f"{'/ ' + labels[key][len('bytewax 0.21, ') :]:>14}" for key in bytewax_keys if runs[key])
+    print(f"{'configuration':<32}{'words/s':>12}{header}   runs")
+    for key in [*rayflow_keys, *bytewax_keys]:
+        if not runs[key]:
+            print(f"{labels[key]:<32}{'not installed':>12}")
             continue
-        print(f"{label:<28}{results[key]['words_per_s']:>14,.0f}")
-    for n, run in sorted(results["tasks"].items(), key=lambda item: int(item[0])):
-        each = ", ".join(f"{r['words_per_s'] / 1000:.0f}k" for r in run["runs"])
-        print(f"{f'acking, {n} split x {n} count':<28}{run['words_per_s']:>14,.0f}   (runs: {each})")
+        ratios = "".join(f"{paired_ratio(runs[key], runs[b])['median']:>13.3f}x" for b in bytewax_keys if runs[b])
+        print(f"{labels[key]:<32}{_median(runs[key])['words_per_s']:>12,.0f}{ratios}   ({each(key)})")
+    for key, label in [("per_call", "one Ray call per tuple"), ("bare_loop", "bare Python loop")]:
+        print(f"{label:<32}{results[key]['words_per_s']:>12,.0f}")
+    print("ratios: paired medians of each round's ratio; a bare figure is a ratio of medians")
     for name, ratio in results["ratios"].items():
         rounds = paired.get(name, {}).get("rounds")
-        each = f"   (median of rounds: {', '.join(f'{r:.3f}' for r in rounds)})" if rounds else ""
-        print(f"{name:<28}{ratio:>14.3f}{each}")
-    for key in ("reliable", "half_rate"):
+        spread = f"   (rounds: {', '.join(f'{r:.3f}' for r in rounds)})" if rounds else ""
+        print(f"  {name:<30}{ratio:>8.3f}{spread}")
+    for key, label in (("reliable", "saturated"), ("half_rate", "half rate")):
         lat = results[key]["complete_latency_ms"]
-        print(f"complete latency ({key}): p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  mean {lat['mean']:.1f} ms")
+        print(
+            f"complete latency ({label}): p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  mean {lat['mean']:.1f} ms"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)
