@@ -22,8 +22,8 @@ without Ray.
 
 from typing import TYPE_CHECKING, Any
 
-from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
+from ._collectors import BasicOutputCollector, BatchOutputCollector, OutputCollector, SpoutOutputCollector
+from ._components import BasicBolt, BatchBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
 from ._config import Config
 from ._context import TopologyContext
 from ._errors import ConfigError, EmitError, FailedException, RayflowError, StateError, TopologyError
@@ -57,6 +57,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BasicBolt",
     "BasicOutputCollector",
+    "BatchBolt",
+    "BatchOutputCollector",
     "Bolt",
     "BoltDeclarer",
     "Config",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._errors import EmitError
 from ._tuple import DEFAULT_STREAM
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AnchorRuleCollector",
     "BasicOutputCollector",
+    "BatchOutputCollector",
     "BoltTask",
     "OutputCollector",
     "SpoutOutputCollector",
@@ -161,6 +163,64 @@ class AnchorRuleCollector(OutputCollector):
         stream: str = DEFAULT_STREAM,
     ) -> None:
         self._task.emit(stream, values, self.anchored(anchors, stream), task_id)
+
+
+class BatchOutputCollector:
+    """Handed to ``BatchBolt.execute_batch``: every emit names its anchors, tuples of the batch::
+
+    def execute_batch(self, tuples, collector):
+        scores = self.model(np.stack([t["features"] for t in tuples]))
+        for tup, score in zip(tuples, scores):
+            collector.emit([tup["id"], float(score)], anchors=tup)   # one result per input
+        collector.emit([len(tuples)], anchors=tuples, stream="sizes")  # one for the whole batch
+
+    What is not failed is acked when ``execute_batch`` returns."""
+
+    def __init__(self, task: BoltTask, component_id: str) -> None:
+        self._task = task
+        self._component_id = component_id
+        self.in_tick = False
+        """Set while ``execute_tick`` runs: a tick's emits may go without anchors."""
+
+    def emit(
+        self, values: list[Any], anchors: Tuple | list[Tuple] | None = None, stream: str = DEFAULT_STREAM
+    ) -> list[int]:
+        """Emit a tuple anchored to ``anchors`` (required: one or more tuples of the batch);
+        failing it downstream fails their trees. Returns the receiving task ids."""
+        if not anchors and not self.in_tick:
+            raise self._unanchored(stream)
+        return self._task.emit(stream, values, anchors, None)
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: list[Any],
+        anchors: Tuple | list[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit to one task of a bolt subscribed with a direct grouping, anchored as ``emit``."""
+        if not anchors and not self.in_tick:
+            raise self._unanchored(stream)
+        self._task.emit(stream, values, anchors, task_id)
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``'s trees at once (its spout may replay it); it is not acked on return."""
+        self._task.fail(tup)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Tell the acker that ``tup``'s trees are still being worked on: restart their timeout."""
+        self._task.reset_timeout(tup)
+
+    def report_error(self, exc: BaseException) -> None:
+        """Count and log an error without failing anything (``metrics()[id]["errors"]``)."""
+        self._task.report_error(exc, "reported by the bolt")
+
+    def _unanchored(self, stream: str) -> EmitError:
+        return EmitError(
+            f"batch bolt {self._component_id!r}: emit on stream {stream!r} without anchors; name the "
+            "tuples of the batch it comes from (anchors=tup, or anchors=tuples for the whole batch), "
+            "so that a failure downstream replays them"
+        )
 
 
 class BasicOutputCollector:

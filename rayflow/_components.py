@@ -11,15 +11,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._errors import TopologyError
+from ._pending import PendingNeed
 from ._tuple import DEFAULT_STREAM
 
 if TYPE_CHECKING:
-    from ._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+    from ._collectors import BasicOutputCollector, BatchOutputCollector, OutputCollector, SpoutOutputCollector
     from ._context import TopologyContext
     from ._state.key_value import KeyValueState
     from ._tuple import Tuple
 
-__all__ = ["BasicBolt", "Bolt", "OutputFieldsDeclarer", "Spout", "StatefulBolt", "StreamDeclaration"]
+__all__ = [
+    "BasicBolt",
+    "BatchBolt",
+    "Bolt",
+    "OutputFieldsDeclarer",
+    "Spout",
+    "StatefulBolt",
+    "StreamDeclaration",
+    "batch_problems",
+]
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,81 @@ class StatefulBolt(Bolt):
 
     def pre_rollback(self) -> None:
         """Called before the state goes back to its last committed contents."""
+
+
+class BatchBolt(_Component):
+    """A bolt that executes its inputs in batches: for work that costs less per tuple in bulk
+    (a model on a GPU, a vectorised numpy step, a database insert of many rows).
+
+    Inputs are held until ``batch_size`` of them have arrived, or until the first one held has
+    waited ``batch_timeout_ms``, then handed to one ``execute_batch`` call, in arrival order. Both
+    are class attributes an instance may override (``bolt.batch_size = 8``); topology files set
+    them as ``batch_size:`` and ``batch_timeout_ms:`` on the component.
+
+    Reliability stays per tuple, as in a ``BasicBolt``:
+
+    - every emit names its anchors, one or more tuples of the batch (``anchors=tup`` for a result
+      per input, ``anchors=tuples`` for one result of the whole batch); an emit without anchors
+      raises ``EmitError`` at the call, since an output tied to no input would survive the
+      replay of a failed one;
+    - ``collector.fail(tup)`` fails one tuple (its spout may replay it); when ``execute_batch``
+      returns, every tuple of the batch not failed is acked;
+    - an exception fails every tuple of the batch not acked or failed yet (``FailedException``
+      silently, anything else is also counted and logged as an error); the task goes on.
+
+    Ticks (``tick_tuple_freq_secs``) are never put in a batch: each goes to ``execute_tick`` on
+    its own, between batches. A checkpoint (a topology with a stateful bolt) executes the batch
+    held first, so that what arrived before the checkpoint is executed before it is passed on.
+    ``complete_topology`` and ``InProcessTopology`` let a partial batch go on their simulated
+    clock. Its task's metrics add ``batch_size``, the sizes of the batches executed (a histogram).
+    """
+
+    batch_size: int = 64
+    """At most this many tuples per ``execute_batch`` call (at least 1)."""
+    batch_timeout_ms: float = 20.0
+    """A partial batch is executed at the latest this long after its first tuple arrived (> 0)."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        """Called once in each task before the first batch (again in a restarted task): build
+        the model here, not in ``__init__``, since the instance is pickled to every task."""
+        pass
+
+    def execute_batch(self, tuples: list[Tuple], collector: BatchOutputCollector) -> None:
+        """Process a batch of 1 to ``batch_size`` inputs: emit with ``anchors=``, fail what must
+        be replayed with ``collector.fail``; the rest is acked on return."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute_batch(tuples, collector)")
+
+    def execute_tick(self, tup: Tuple, collector: BatchOutputCollector) -> None:
+        """A tick tuple, outside any batch (the default ignores it). A tick belongs to no tuple
+        tree, so an emit here may go without anchors."""
+
+    def cleanup(self) -> None:
+        """The task is shutting down (the topology is killed). A task that dies is not told;
+        the batch it held is replayed by its spouts after the message timeout."""
+        pass
+
+    def pending_need(self) -> PendingNeed:
+        """What one task needs in flight towards it to keep pace: a batch filling while the one
+        before executes. With fewer trees pending per spout task, no batch fills and each waits
+        for ``batch_timeout_ms``. The runner shares this out over the spout tasks that feed the
+        bolt and raises the default ``max_spout_pending`` to it (``rayflow/_pending.py``)."""
+        return PendingNeed(
+            2 * self.batch_size,
+            reason=f"fill batches of batch_size={self.batch_size} (one filling while one executes)",
+            shortfall=f"batches leave partly filled, each after batch_timeout_ms={self.batch_timeout_ms:g}",
+            remedy="lower batch_size",
+        )
+
+
+def batch_problems(bolt: BatchBolt) -> list[str]:
+    """What is wrong with ``bolt``'s batch settings (``create_topology`` lists them)."""
+    problems = []
+    size, timeout = bolt.batch_size, bolt.batch_timeout_ms
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        problems.append(f"batch_size must be an integer >= 1, got {size!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        problems.append(f"batch_timeout_ms must be a number of milliseconds > 0, got {timeout!r}")
+    return problems
 
 
 class BasicBolt(_Component):

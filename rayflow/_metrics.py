@@ -10,7 +10,7 @@ from typing import Any
 
 from ._errors import ConfigError
 
-__all__ = ["LatencySamples", "TaskMetrics", "merge", "merge_by_component"]
+__all__ = ["LatencySamples", "SizeSamples", "TaskMetrics", "merge", "merge_by_component"]
 
 SAMPLE_SIZE = 4096
 
@@ -20,6 +20,10 @@ LATENCY_BUCKETS_SECS = (
 """Upper bounds (inclusive, seconds) of the latency histogram's buckets; a last one, +Inf, takes
 the rest. From a fast bolt's execute (0.1 ms) to a tree that takes a minute to complete."""
 
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+"""Upper bounds (inclusive, tuples) of the batch size histogram's buckets: powers of two, so that
+a batch size set to one of them (the default 64) is a bucket of its own."""
+
 
 class LatencySamples:
     """The most recent sampled latencies (seconds), kept for percentiles, plus the mean of
@@ -28,18 +32,21 @@ class LatencySamples:
 
     __slots__ = ("recent", "total", "count", "buckets")
 
+    BOUNDS: tuple[float, ...] = LATENCY_BUCKETS_SECS
+    """The buckets' upper bounds."""
+
     def __init__(self) -> None:
         self.recent: deque[float] = deque(maxlen=SAMPLE_SIZE)
         self.total = 0.0
         self.count = 0
-        self.buckets = [0] * (len(LATENCY_BUCKETS_SECS) + 1)
+        self.buckets = [0] * (len(self.BOUNDS) + 1)
         """Samples per bucket (not cumulative), the last one for samples over every bound."""
 
     def add(self, seconds: float) -> None:
         self.recent.append(seconds)
         self.total += seconds
         self.count += 1
-        self.buckets[bisect_left(LATENCY_BUCKETS_SECS, seconds)] += 1
+        self.buckets[bisect_left(self.BOUNDS, seconds)] += 1
 
     def snapshot(self) -> dict[str, Any]:
         """``buckets`` is cumulative, as Prometheus has it: ``buckets[i]`` samples were at most
@@ -50,6 +57,15 @@ class LatencySamples:
             "count": self.count,
             "buckets": list(accumulate(self.buckets)),
         }
+
+
+class SizeSamples(LatencySamples):
+    """The same histogram over sizes instead of seconds (a batch bolt's batches), with the
+    bounds of ``BATCH_SIZE_BUCKETS``."""
+
+    __slots__ = ()
+
+    BOUNDS = BATCH_SIZE_BUCKETS
 
 
 class TaskMetrics:
@@ -70,6 +86,8 @@ class TaskMetrics:
         self.last_error_at: float | None = None
         """When ``last_error`` was set (``time.time()``): the web page lists errors with it."""
         self.latencies: dict[str, LatencySamples] = {}
+        self.sizes: dict[str, SizeSamples] = {}
+        """Size histograms a kind of task keeps (a batch bolt's ``batch_size``)."""
         self.busy_secs = 0.0
         self.started = time.monotonic()
         self.custom: dict[str, int] = {}
@@ -91,6 +109,12 @@ class TaskMetrics:
             samples = self.latencies[name] = LatencySamples()
         return samples
 
+    def size(self, name: str) -> SizeSamples:
+        samples = self.sizes.get(name)
+        if samples is None:
+            samples = self.sizes[name] = SizeSamples()
+        return samples
+
     def count(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` to the own counter ``name``, created at 0 by its first use."""
         if name not in self.custom:
@@ -106,6 +130,8 @@ class TaskMetrics:
         if self.custom:
             snap.update(self.custom)
             snap["custom_counters"] = list(self.custom)
+        if self.sizes:
+            snap["sizes"] = {k: v.snapshot() for k, v in self.sizes.items()}
         snap.update(
             kind=self.kind,
             last_error=self.last_error,
@@ -118,16 +144,17 @@ class TaskMetrics:
         return snap
 
 
-def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
+def _summary(samples: list[dict[str, Any]], scale: float = 1000.0) -> dict[str, float]:
+    """Mean, median and 99th percentile of samples, times ``scale`` (seconds to ms by default)."""
     recent = sorted(x for s in samples for x in s["recent"])
     count = sum(s["count"] for s in samples)
     if not count:
         return {"mean": 0.0, "p50": 0.0, "p99": 0.0}
 
     def pct(q: float) -> float:
-        return recent[min(len(recent) - 1, int(q * len(recent)))] * 1000.0 if recent else 0.0
+        return recent[min(len(recent) - 1, int(q * len(recent)))] * scale if recent else 0.0
 
-    return {"mean": sum(s["total"] for s in samples) / count * 1000.0, "p50": pct(0.50), "p99": pct(0.99)}
+    return {"mean": sum(s["total"] for s in samples) / count * scale, "p50": pct(0.50), "p99": pct(0.99)}
 
 
 STATEFUL_COUNTERS = ("checkpoints", "rollbacks")
@@ -139,6 +166,7 @@ RESERVED_NAMES = frozenset(
     + ("calls_in",)
     + ("calls_out", "pending", "timed_out", "exhausted", "finished", "capacity", "restarts", "alive", "pid")
     + ("node_id", "component", "complete_latency_ms", "process_latency_ms", "execute_latency_ms")
+    + ("sizes", "batch_size")
 )
 """Keys of a snapshot or of a component's summary: an own counter may not take one of them."""
 
@@ -161,6 +189,8 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     out["last_error"] = errors[-1] if errors else None
     for name in LATENCIES.get(kind, ()):
         out[name] = _summary([s["latencies"].get(name, {"recent": [], "total": 0.0, "count": 0}) for s in snapshots])
+    for name in dict.fromkeys(n for s in snapshots for n in s.get("sizes", ())):  # a batch bolt's batch_size
+        out[name] = _summary([s["sizes"][name] for s in snapshots if name in s.get("sizes", ())], scale=1.0)
     if kind == "bolt":
         # Storm's capacity: the fraction of the time the busiest task spent executing.
         out["capacity"] = max(s["busy_secs"] / max(s["uptime_secs"], 1e-9) for s in snapshots)

@@ -8,7 +8,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulBolt, StreamDeclaration
+from ._components import (
+    BasicBolt,
+    BatchBolt,
+    Bolt,
+    OutputFieldsDeclarer,
+    Spout,
+    StatefulBolt,
+    StreamDeclaration,
+    batch_problems,
+)
 from ._config import Config
 from ._errors import ConfigError, TopologyError
 from ._groupings import (
@@ -186,14 +195,14 @@ class TopologyBuilder:
     def set_bolt(
         self,
         id: str,
-        bolt: Bolt | BasicBolt | WindowedBolt,
+        bolt: Bolt | BasicBolt | BatchBolt | WindowedBolt,
         parallelism: int = 1,
         *,
         config: dict[str, Any] | None = None,
     ) -> BoltDeclarer:
         """Add a bolt run by ``parallelism`` tasks, each on its own (pickled) copy of ``bolt``;
         subscribe it to streams through the ``BoltDeclarer`` returned."""
-        if not isinstance(bolt, (Bolt, BasicBolt, WindowedBolt)):
+        if not isinstance(bolt, (Bolt, BasicBolt, BatchBolt, WindowedBolt)):
             self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
         spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
         self._add(spec)
@@ -231,6 +240,8 @@ class TopologyBuilder:
             problems += _check_inputs(spec, checked)
             if isinstance(spec.component, WindowedBolt):
                 problems += check_windowed_bolt(spec, checked)
+            if isinstance(spec.component, BatchBolt):
+                problems += [f"bolt {spec.id!r}: {p}" for p in batch_problems(spec.component)]
         if problems:
             raise TopologyError(problems)
         topology = Topology(specs)

@@ -27,7 +27,8 @@ def true_counts(n: int) -> dict[str, int]:
 
 
 class Numbered(Spout):
-    """Sentences 0..total-1, msg id = index; it stands at the next index to emit."""
+    """Sentences 0..total-1, msg id = index; task k of n takes k, k + n, ...; it stands at the
+    next index to emit."""
 
     outputs = ["sentence"]
 
@@ -35,14 +36,15 @@ class Numbered(Spout):
         self.total = total
 
     def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        self.collector, self.i = collector, 0
+        tasks = context.get_component_tasks(context.this_component_id)
+        self.collector, self.i, self.stride = collector, tasks.index(context.this_task_id), len(tasks)
         self.acks: list[int] = []
         self.fails: list[int] = []
 
     def next_tuple(self) -> None:
         if self.i < self.total:
             self.collector.emit([sentence(self.i)], msg_id=self.i)
-            self.i += 1
+            self.i += self.stride
         else:
             self.collector.exhausted()
 
@@ -107,9 +109,11 @@ class Count(StatefulBolt):
         self.collector.ack(tup)
 
 
-def wordcount(total: int, *, fail_once: frozenset[str] = frozenset(), split: int = 2, count: int = 2) -> Any:
+def wordcount(
+    total: int, *, fail_once: frozenset[str] = frozenset(), spouts: int = 1, split: int = 2, count: int = 2
+) -> Any:
     builder = TopologyBuilder()
-    builder.set_spout("sentences", Numbered(total))
+    builder.set_spout("sentences", Numbered(total), parallelism=spouts)
     builder.set_bolt("split", Split(fail_once), parallelism=split).shuffle_grouping("sentences")
     builder.set_bolt("count", Count(), parallelism=count).fields_grouping("split", ["word"])
     return builder.create_topology()

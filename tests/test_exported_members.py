@@ -18,10 +18,12 @@ CONTRACT = {
     "Spout",
     "Bolt",
     "BasicBolt",
+    "BatchBolt",
     "OutputFieldsDeclarer",
     "SpoutOutputCollector",
     "OutputCollector",
     "BasicOutputCollector",
+    "BatchOutputCollector",
     "TopologyContext",
     "Tuple",
     # building and configuring

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._components import BasicBolt, StatefulBolt
+from .._components import BasicBolt, BatchBolt, StatefulBolt
 from .._windows.bolt import WindowedBolt
 from .basic_bolt import BasicBoltAdapter
+from .batch_bolt import BatchBoltAdapter
 from .bolt_kind import BoltKind
 from .stateful_bolt import StatefulBoltAdapter
 from .windowed_bolt import WindowedBoltAdapter
@@ -27,6 +28,7 @@ BOLT_KINDS: tuple[tuple[type[Any], KindFactory], ...] = (
     (WindowedBolt, WindowedBoltAdapter),
     (StatefulBolt, StatefulBoltAdapter),
     (BasicBolt, BasicBoltAdapter),
+    (BatchBolt, BatchBoltAdapter),
 )
 
 

@@ -14,15 +14,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .._metrics import LATENCY_BUCKETS_SECS
 from ._recorder import MetricsRecorder
 from ._series import Histogram, families
 
 __all__ = ["CONTENT_TYPE", "PrometheusExposition"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-_BOUNDS = [f"{bound:g}" for bound in LATENCY_BUCKETS_SECS] + ["+Inf"]
 
 
 class _TopologyCollector(Collector):
@@ -39,7 +36,8 @@ class _TopologyCollector(Collector):
                 histograms = HistogramMetricFamily(family.name, family.help, labels=labels)
                 for sample in family.samples:
                     assert isinstance(sample.value, Histogram)
-                    buckets = list(zip(_BOUNDS, map(float, sample.value.buckets), strict=True))
+                    bounds = [f"{bound:g}" for bound in sample.value.bounds] + ["+Inf"]
+                    buckets = list(zip(bounds, map(float, sample.value.buckets), strict=True))
                     histograms.add_metric([sample.labels[name] for name in labels], buckets, sample.value.sum)
                 yield histograms
                 continue

@@ -14,6 +14,7 @@ only: a component's is ``sum by (le, component)`` of its tasks'.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
@@ -25,10 +26,11 @@ from ._series import families
 
 __all__ = ["RayMetricsExporter"]
 
-_MIDPOINTS = [
-    (low + high) / 2 for low, high in zip((0.0, *LATENCY_BUCKETS_SECS[:-1]), LATENCY_BUCKETS_SECS, strict=True)
-]
-_MIDPOINTS.append(LATENCY_BUCKETS_SECS[-1] * 1.5)
+
+@cache
+def _midpoints(bounds: tuple[float, ...]) -> list[float]:
+    """Where a sample of each bucket is observed: its middle, 1.5 times the last bound above it."""
+    return [(low + high) / 2 for low, high in zip((0.0, *bounds[:-1]), bounds, strict=True)] + [bounds[-1] * 1.5]
 
 
 _METRICS: dict[str, Any] = {}
@@ -44,7 +46,9 @@ class RayMetricsExporter:
         self._last: dict[tuple[str, tuple[str, ...]], Any] = {}
         recorder.listeners.append(self.record)
 
-    def _metric(self, name: str, kind: str, text: str, labels: tuple[str, ...]) -> Any:
+    def _metric(
+        self, name: str, kind: str, text: str, labels: tuple[str, ...], bounds: tuple[float, ...] = LATENCY_BUCKETS_SECS
+    ) -> Any:
         metric = _METRICS.get(name)
         if metric is None:
             if kind == "counter":
@@ -52,7 +56,7 @@ class RayMetricsExporter:
             elif kind == "gauge":
                 metric = Gauge(name, text, tag_keys=labels)
             else:
-                metric = Histogram(name, text, boundaries=list(LATENCY_BUCKETS_SECS), tag_keys=labels)
+                metric = Histogram(name, text, boundaries=list(bounds), tag_keys=labels)
             _METRICS[name] = metric
         return metric
 
@@ -60,7 +64,9 @@ class RayMetricsExporter:
         for family in families(poll, self._topology):
             if family.kind == "histogram" and "task" not in family.labels:
                 continue  # replaying every sample twice would double the cost: sum the tasks' by le
-            metric = self._metric(family.name, family.kind, family.help, family.labels)
+            first = family.samples[0].value
+            bounds = first.bounds if isinstance(first, Buckets) else LATENCY_BUCKETS_SECS
+            metric = self._metric(family.name, family.kind, family.help, family.labels, bounds)
             for sample in family.samples:
                 key = (family.name, tuple(sample.labels[name] for name in family.labels))
                 value = sample.value
@@ -79,7 +85,7 @@ class RayMetricsExporter:
         self._last[key] = now
         then = before.buckets if before is not None and before.count <= now.count else [0] * len(now.buckets)
         below_now = below_then = 0
-        for midpoint, total_now, total_then in zip(_MIDPOINTS, now.buckets, then, strict=True):
+        for midpoint, total_now, total_then in zip(_midpoints(now.bounds), now.buckets, then, strict=True):
             new = (total_now - below_now) - (total_then - below_then)
             below_now, below_then = total_now, total_then
             for _ in range(max(new, 0)):

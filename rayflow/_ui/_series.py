@@ -11,12 +11,13 @@ Two levels, under two prefixes, so that neither is counted twice by a ``sum``:
 
 A counter is exported only for the tasks that have it (``timed_out`` and ``pending`` for spouts,
 ``capacity`` and the process/execute latencies for bolts, ``dead_lettered`` for broker spouts,
-``checkpoints``/``rollbacks`` for stateful bolts). A component's own counters
-(``collector.count``) are one family, ``rayflow_*_own_counter``, with the name in the label
-``counter``. Counters restart at zero when a task is
-started again (``restarts`` grows): Prometheus takes that as a counter reset.
+``checkpoints``/``rollbacks`` for stateful bolts, the ``batch_size`` histogram for batch
+bolts). A component's own counters (``collector.count``) are one family,
+``rayflow_*_own_counter``, with the name in the label ``counter``. Counters restart at zero when
+a task is started again (``restarts`` grows): Prometheus takes that as a counter reset.
 Histograms count the sampled latencies (one spout tree in eight, a bolt's batches), with
-the bounds of ``LATENCY_BUCKETS_SECS``.
+the bounds of ``LATENCY_BUCKETS_SECS``, and a batch bolt's batch sizes, every batch, with those
+of ``BATCH_SIZE_BUCKETS``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._metrics import LATENCIES, LATENCY_BUCKETS_SECS
+from .._metrics import BATCH_SIZE_BUCKETS, LATENCIES, LATENCY_BUCKETS_SECS
 from ._recorder import Poll
 
-__all__ = ["COUNTERS", "GAUGES", "HISTOGRAMS", "Family", "Histogram", "Sample", "families", "task_capacity"]
+__all__ = [
+    "COUNTERS",
+    "GAUGES",
+    "HISTOGRAMS",
+    "SIZE_HISTOGRAMS",
+    "Family",
+    "Histogram",
+    "Sample",
+    "families",
+    "task_capacity",
+]
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -55,6 +66,9 @@ HISTOGRAMS = {
     "process_latency_ms": ("process_latency_seconds", "A bolt's input tuples: arrival to ack."),
     "execute_latency_ms": ("execute_latency_seconds", "A bolt's input tuples: time in execute."),
 }
+SIZE_HISTOGRAMS = {
+    "batch_size": ("batch_size", "A batch bolt's batches: tuples per execute_batch call."),
+}
 OWN_COUNTER_HELP = "A component's own counters (collector.count), by name in the label counter."
 _SCALARS: tuple[tuple[dict[str, str], Kind], ...] = ((COUNTERS, "counter"), (GAUGES, "gauge"))
 TASK_LABELS = ("topology", "component", "task", "node")
@@ -63,10 +77,11 @@ COMPONENT_LABELS = ("topology", "component")
 
 @dataclass(frozen=True)
 class Histogram:
-    """Cumulative counts per bound of ``LATENCY_BUCKETS_SECS`` then +Inf (the last is the count)."""
+    """Cumulative counts per bound of ``bounds`` then +Inf (the last is the count)."""
 
     buckets: list[int]
     sum: float
+    bounds: tuple[float, ...] = LATENCY_BUCKETS_SECS
 
     @property
     def count(self) -> int:
@@ -92,16 +107,16 @@ def task_capacity(m: dict[str, Any]) -> float:
     return float(m.get("busy_secs", 0.0)) / max(float(m.get("uptime_secs", 0.0)), 1e-9)
 
 
-def _histogram(latency: dict[str, Any] | None) -> Histogram:
-    empty = [0] * (len(LATENCY_BUCKETS_SECS) + 1)
+def _histogram(latency: dict[str, Any] | None, bounds: tuple[float, ...] = LATENCY_BUCKETS_SECS) -> Histogram:
+    empty = [0] * (len(bounds) + 1)
     if not latency:
-        return Histogram(empty, 0.0)
-    return Histogram(list(latency.get("buckets") or empty), float(latency.get("total", 0.0)))
+        return Histogram(empty, 0.0, bounds)
+    return Histogram(list(latency.get("buckets") or empty), float(latency.get("total", 0.0)), bounds)
 
 
 def _summed(histograms: list[Histogram]) -> Histogram:
     buckets = [sum(column) for column in zip(*(h.buckets for h in histograms), strict=True)]
-    return Histogram(buckets, sum(h.sum for h in histograms))
+    return Histogram(buckets, sum(h.sum for h in histograms), histograms[0].bounds)
 
 
 def _task_value(name: str, m: dict[str, Any]) -> float | None:
@@ -129,6 +144,9 @@ def families(poll: Poll, topology: str) -> list[Family]:
         for key, (name, text) in HISTOGRAMS.items():
             histograms = [(task, m, _histogram(m["latencies"].get(key))) for task, m in tasks if _has(m, key)]
             out.append(_family(level, name, "histogram", text, topology, histograms, _summed))
+        for key, (name, text) in SIZE_HISTOGRAMS.items():
+            sizes = [(task, m, _histogram(m["sizes"][key], BATCH_SIZE_BUCKETS)) for task, m in tasks if _sized(m, key)]
+            out.append(_family(level, name, "histogram", text, topology, sizes, _summed))
         out.append(_own_counters(level, topology, tasks))
     return [family for family in out if family.samples]
 
@@ -139,6 +157,10 @@ _MERGE: dict[str, Callable[[list[float]], float]] = {"capacity": max, "alive": m
 
 def _has(m: dict[str, Any], latency: str) -> bool:
     return latency in LATENCIES.get(m["kind"], ())
+
+
+def _sized(m: dict[str, Any], histogram: str) -> bool:
+    return histogram in m.get("sizes", ())
 
 
 def _family(

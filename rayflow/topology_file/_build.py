@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .._components import BasicBolt, Bolt, Spout
+from .._components import BasicBolt, BatchBolt, Bolt, Spout
 from .._errors import TopologyError
 from .._suggest import did_you_mean
 from .._topology import BoltDeclarer, Topology, TopologyBuilder
@@ -24,6 +24,9 @@ from ._errors import Problem
 from ._models import KEYED_GROUPINGS, SECTIONS, ComponentEntry, StreamSpec
 
 __all__ = ["build_topology"]
+
+BATCH_KEYS = ("batch_size", "batch_timeout_ms")
+"""A ``BatchBolt``'s class attributes a bolt entry may set."""
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -94,6 +97,15 @@ class _Assembly:
                 self.problems.append(node.problem(problem, ("window",)))
                 return
             spec.window.apply(self.instances[cid])
+        batch = {key: getattr(spec, key) for key in BATCH_KEYS if getattr(spec, key) is not None}
+        if batch:
+            if not isinstance(self.instances[cid], BatchBolt):
+                keys = " and ".join(map(repr, batch))
+                problem = f"{keys}: only a rayflow.BatchBolt takes them, and {spec.class_} is not one"
+                self.problems.append(node.problem(problem, (next(iter(batch)),)))
+                return
+            for key, value in batch.items():
+                setattr(self.instances[cid], key, value)
         self.components[cid] = (section, spec, node)
 
     def _check_references(self, node: Node) -> None:
@@ -180,9 +192,9 @@ class _Assembly:
 
 def _check_kind(cls: type, section: str, dotted: str) -> None:
     if section == "spouts" and not issubclass(cls, Spout):
-        bolt = issubclass(cls, (Bolt, BasicBolt))
+        bolt = issubclass(cls, (Bolt, BasicBolt, BatchBolt))
         raise ClassProblem(f"{dotted} is not a rayflow.Spout" + (": it is a bolt, list it under bolts" if bolt else ""))
-    if section == "bolts" and not issubclass(cls, (Bolt, BasicBolt, WindowedBolt)):
+    if section == "bolts" and not issubclass(cls, (Bolt, BasicBolt, BatchBolt, WindowedBolt)):
         spout = issubclass(cls, Spout)
         raise ClassProblem(
             f"{dotted} is not a rayflow.Bolt or rayflow.BasicBolt"

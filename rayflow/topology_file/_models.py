@@ -146,6 +146,10 @@ class ComponentEntry(_Spec):
     parallelism: int = Field(1, ge=1)
     config: ConfigMapping = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
     window: WindowSpec | None = Field(None, description="a rayflow.WindowedBolt's window")
+    batch_size: int | None = Field(None, ge=1, description="a rayflow.BatchBolt's tuples per batch, at most")
+    batch_timeout_ms: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="a rayflow.BatchBolt's wait for a partial batch, at most"
+    )
 
     @field_validator("id")
     @classmethod
