@@ -55,7 +55,7 @@ class Subscription:
 @dataclass
 class ComponentSpec:
     id: str
-    component: Spout | Bolt | BasicBolt | WindowedBolt
+    component: Spout | Bolt | BasicBolt | BatchBolt | WindowedBolt
     parallelism: int
     config: dict[str, Any]
     inputs: list[Subscription] = field(default_factory=list)
