@@ -6,17 +6,23 @@ the error count climbs, the log fills, nothing gets better). ``Outage`` keeps th
 instead: the connector asks ``due()`` before it tries to (re)connect, tells ``failed(exc)`` or
 ``recovered()`` how it went, and the first failure of an outage is reported to the collector
 (``report_error``, so it shows in the task's metrics and log) while the retries are only logged
-at debug level.
+at debug level. What is reported is a ``BrokerError`` (``_errors``): where (the spout, its task,
+the URL with its secrets redacted), what failed, and for the failures that have one, what to
+check; the failure itself is its ``__cause__``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import socket
+import ssl
 import time
 from collections.abc import Callable
 
-__all__ = ["Outage"]
+from ._errors import BrokerError
+
+__all__ = ["Outage", "explain"]
 
 logger = logging.getLogger("rayflow.connectors")
 
@@ -68,10 +74,11 @@ class Outage:
             self.since = now
             self.outages += 1
             self._delay = self._first_delay
-            logger.warning(
-                "%s: connection lost or refused (%s: %s); retrying with backoff", self.where, type(exc).__name__, exc
-            )
-            self._report(ConnectionError(f"{self.where}: {type(exc).__name__}: {exc}"))
+            message = f"{self.where}: {explain(exc)}; retrying with backoff"
+            logger.warning("%s", message)
+            report = BrokerError(message)
+            report.__cause__ = exc
+            self._report(report)
         else:
             logger.debug("%s: attempt %d failed: %s", self.where, self.attempts + 1, exc)
         self.attempts += 1
@@ -92,3 +99,21 @@ class Outage:
         self.attempts = 0
         self._delay = self._first_delay
         self._retry_at = 0.0
+
+
+def explain(exc: BaseException) -> str:
+    """What ``exc`` means for a connection to a broker, and what to check where that is clear."""
+    said = f"{type(exc).__name__}: {exc}" if not isinstance(exc, BrokerError) else str(exc)
+    for kind, hint in _HINTS:
+        if isinstance(exc, kind):
+            return f"{said} ({hint})"
+    return said
+
+
+_HINTS: list[tuple[type[BaseException], str]] = [
+    (ConnectionRefusedError, "nothing listens there: is the broker running, and are the URL's host and port right?"),
+    (socket.gaierror, "the URL's host name does not resolve"),
+    (ssl.SSLCertVerificationError, "set SSL_CERT_FILE for a private CA; the URL's host must match the certificate"),
+    (ssl.SSLError, "does the broker speak TLS on that port, and the URL ask for it?"),
+    (TimeoutError, "no answer in time: is the host reachable, or a firewall in the way?"),
+]

@@ -64,8 +64,8 @@ from .._context import TopologyContext
 from .._errors import ConfigError
 from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
-from ._nats_conn import API_SID, PULL_SID, Connection, api_answer, connect
-from ._nats_wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, status
+from ._nats.connection import API_SID, PULL_SID, Connection, api_answer, connect
+from ._nats.wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, status
 from ._outage import Outage
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
@@ -199,15 +199,16 @@ class NatsJetStreamSpout(Spout):
         """When the consumer was looked up after a pull request went unanswered."""
         self._buffer: deque[Message] = deque()
         """Arrived, not emitted yet."""
-        self._young: dict[str, str] = {}
-        self._old: dict[str, str] = {}
+        self._emitted_this_round: dict[str, str] = {}
+        self._emitted_before: dict[str, str] = {}
         """Emitted messages whose trees are pending, reply subject (the ``msg_id``) to subject:
-        those emitted since the last sweep, and those held since before it (``_sweep``)."""
+        those emitted since the last round of in-progress acks, and those held since before it,
+        which get one at the next round (``_keep_in_progress``)."""
         self._out: list[str] = []
         """Acks, naks, terms and ``in_progress`` not written yet."""
         self._written_at = time.monotonic()
-        self._sweep_every = self._ack_wait / 4.0
-        self._sweep_at = time.monotonic() + self._sweep_every
+        self._round_every = self._ack_wait / 4.0
+        self._round_at = time.monotonic() + self._round_every
         self._active = True
         self.replayed = 0
         """Messages failed and handed back for redelivery (``nak``)."""
@@ -283,18 +284,18 @@ class NatsJetStreamSpout(Spout):
             now = time.monotonic()
             if (self._out or conn.unsent) and now - self._written_at >= ACK_LINGER_SECS:
                 self._write()
-            if now >= self._sweep_at:
-                self._sweep(now)
+            if now >= self._round_at:
+                self._keep_in_progress(now)
             if len(self._buffer) < self._fetch:
                 self._receive(now)
         buffer = self._buffer
         if not buffer:
             return
-        emit, young, values = self._collector.emit, self._young, self._values
+        emit, emitted, values = self._collector.emit, self._emitted_this_round, self._values
         for _ in range(min(len(buffer), self._burst)):
             msg = buffer.popleft()
             reply = msg.reply
-            young[reply] = msg.subject  # type: ignore[index]
+            emitted[reply] = msg.subject  # type: ignore[index]
             emit(values(msg), msg_id=reply)
 
     def _receive(self, now: float) -> None:
@@ -347,20 +348,21 @@ class NatsJetStreamSpout(Spout):
         elif now - self._looked_up_at > REQUEST_SLACK_SECS:
             raise TimeoutError(f"no answer from the NATS server in {FETCH_WAIT_SECS + 2 * REQUEST_SLACK_SECS:g} s")
 
-    def _sweep(self, now: float) -> None:
-        """Messages held since the previous sweep (at least ``ack_wait / 4`` ago, at most half
-        of it) get ``in_progress``, so JetStream does not redeliver a tree still pending; so do
-        the messages waiting in the buffer (while the pending budget is spent)."""
-        self._sweep_at = now + self._sweep_every
-        self._out += [f"PUB {reply} 4\r\n+WPI\r\n" for reply in self._old]
+    def _keep_in_progress(self, now: float) -> None:
+        """A round of in-progress acks: messages held since the previous round (at least
+        ``ack_wait / 4`` ago, at most half of it) get ``in_progress``, so JetStream does not
+        redeliver a tree still pending; so do the messages waiting in the buffer (while the
+        pending budget is spent)."""
+        self._round_at = now + self._round_every
+        self._out += [f"PUB {reply} 4\r\n+WPI\r\n" for reply in self._emitted_before]
         self._out += [f"PUB {msg.reply} 4\r\n+WPI\r\n" for msg in self._buffer if msg.reply]
-        self._old.update(self._young)
-        self._young = {}
+        self._emitted_before.update(self._emitted_this_round)
+        self._emitted_this_round = {}
         self._write()
 
     # -- results ------------------------------------------------------------------------------
     def ack(self, msg_id: Any) -> None:
-        if self._young.pop(msg_id, None) is None and self._old.pop(msg_id, None) is None:
+        if self._emitted_this_round.pop(msg_id, None) is None and self._emitted_before.pop(msg_id, None) is None:
             return
         out = self._out
         out.append(f"PUB {msg_id} 4\r\n+ACK\r\n")
@@ -369,7 +371,7 @@ class NatsJetStreamSpout(Spout):
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """``nak`` the message, or ``term`` it once it was replayed ``max_replays`` times."""
-        subject = self._young.pop(msg_id, None) or self._old.pop(msg_id, None)
+        subject = self._emitted_this_round.pop(msg_id, None) or self._emitted_before.pop(msg_id, None)
         if subject is None:
             return
         delivered, sequence = ack_metadata(msg_id)

@@ -24,14 +24,17 @@ the header or without it); until then a fail hands the message back, which is ex
 How it stays off the event loop's back: the connection is a ``QueueConsumer`` (``_amqp``), which
 reads deliveries straight off a non-blocking socket and writes acks without waiting (pika still
 reads the URL, so a URL means what it means to pika). Every use of the connection happens on the
-task's one thread (``next_tuple``, ``ack``, ``fail`` and the lifecycle calls). Connecting is not
+task's one thread (``next_tuple``, ``ack``, ``fail``, ``upkeep`` and the lifecycle calls). Connecting is not
 quick (a TCP connect, the AMQP handshake, opening the channel: seconds against a broker that does
 not answer), so after an outage the spout connects on a thread of its own and ``next_tuple`` only
 looks whether that is done; the connection is the task thread's alone from then on. The first
 connection is made in ``open``, which may wait for it; so may ``close`` (for the broker's
 ``close-ok``, so that the last acks arrive). The broker pushes up to ``prefetch`` unacked
 messages, they wait in a local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per
-call.
+call. ``upkeep`` (``_upkeep``), every ``UPKEEP_SECS`` whether or not ``next_tuple`` is called
+(the pending budget spent, the spout deactivated), writes the heartbeats, flushes the acks that
+waited their linger, reads what arrived and takes a new connection once it is made: a bolt
+slower than the broker's heartbeat timeout does not cost the connection.
 
 Broker acks go out in batches, since one ``basic_ack`` per message costs a socket write each:
 
@@ -39,10 +42,9 @@ Broker acks go out in batches, since one ``basic_ack`` per message costs a socke
   ``ack_batch`` of them wait, or ``ACK_LINGER_SECS`` after the previous flush (checked on every
   ack and ``next_tuple``), and at ``deactivate`` and ``close``;
 - trees complete out of order, and ``basic_ack(tag, multiple=True)`` settles *every* delivery up
-  to ``tag``. So one ``multiple=True`` ack covers the done tags below the *watermark*, the lowest
-  tag still open (delivered and neither acked nor failed: a pending tree, or a message waiting
-  in the buffer); a done tag above it waits for the watermark to pass it, and is acked on its
-  own once it waited ``ACK_HOLD_SECS`` or too many wait (they hold the broker's prefetch window);
+  to ``tag``: which acks may go is the bookkeeping of ``AckWatermark`` (``_amqp.ack_watermark``),
+  one ``multiple=True`` ack below the lowest tag still open, a done tag above it on its own
+  once it waited ``ACK_HOLD_SECS`` or too many wait;
 - a failed tag replayed by the spout stays open; a failed tag handed back or dead-lettered is
   settled (``basic_nack`` or ``basic_reject``) at once, so before any ``multiple=True`` ack
   passes it. No tag is settled twice, none before its tree completes.
@@ -67,10 +69,14 @@ from .._collectors import SpoutOutputCollector
 from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
-from ._amqp import ConsumerCancelled, Delivery, MessageProperties, QueueConsumer
+from ._amqp.ack_watermark import AckWatermark
+from ._amqp.codec import Delivery
+from ._amqp.consumer import QueueConsumer
+from ._amqp.errors import AmqpError, ConsumerCancelled
 from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._outage import Outage
+from ._upkeep import Upkeep
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["MESSAGE_FIELDS", "RabbitMQSpout"]
@@ -106,8 +112,11 @@ ACK_LINGER_SECS = 0.05
 """Broker acks go out when this many Storm acks wait (fewer with a small prefetch: a quarter of
 it), or this long after the previous flush."""
 ACK_HOLD_SECS = 0.5
-"""How long a done tag above the watermark (see the module docstring) waits for a ``multiple=True``
-ack before it is acked on its own."""
+"""How long a done tag above the watermark (``AckWatermark``) waits for a ``multiple=True`` ack
+before it is acked on its own."""
+UPKEEP_SECS = 0.1
+"""How often ``upkeep`` runs: a small fraction of any heartbeat interval (1 s at the least),
+and about twice the ack linger."""
 CONNECT_TIMEOUT_SECS = 3.0
 """Socket timeout for a (re)connect: the longest a connect attempt can hold up the task."""
 
@@ -115,9 +124,9 @@ DELIVERY_COUNT_HEADER = "x-delivery-count"
 """Set by quorum queues: how often the broker delivered the message before (nacked back, or
 unacked when its consumer went away)."""
 
-_BROKEN = (OSError,)
+_BROKEN = (OSError, AmqpError)
 """What a lost or refused connection raises: the socket's errors, and ``QueueConsumer``'s own
-(``ConnectionError``s: lost, closed by the broker, consumer cancelled)."""
+(lost, closed by the broker, consumer cancelled)."""
 
 
 class RabbitMQSpout(Spout):
@@ -196,13 +205,10 @@ class RabbitMQSpout(Spout):
         self._connection: QueueConsumer | None = None
         self._generation = 0
         self._buffer: deque[Delivery] = deque()
-        self._open: set[int] = set()
-        """Delivery tags of this channel neither acked nor failed (pending trees, the buffer)."""
-        self._order: deque[int] = deque()
-        """The same tags in delivery order, and some already closed: its head, once the closed
-        ones are dropped, is the watermark."""
-        self._to_ack: list[int] = []
-        """Done tags not yet acked to the broker."""
+        self._burst = max(1, min(EMIT_BURST, self._prefetch // 64))
+        self._ack_batch = max(1, min(ACK_BATCH, self._prefetch // 4))
+        self._acks = AckWatermark(hold_cap=max(1, self._prefetch // 8), hold_secs=ACK_HOLD_SECS)
+        """The delivery tags of the channel: open (pending trees, the buffer), done, settled."""
         self._held: dict[int, Delivery] = {}
         """The emitted deliveries whose trees are pending, by tag: what a replay emits again."""
         self._replays: dict[int, int] = {}
@@ -212,10 +218,6 @@ class RabbitMQSpout(Spout):
         comes back from the broker."""
         collector.count("dead_lettered", 0)
         self._flushed_at = time.monotonic()
-        self._held_since = 0.0
-        self._burst = max(1, min(EMIT_BURST, self._prefetch // 64))
-        self._ack_batch = max(1, min(ACK_BATCH, self._prefetch // 4))
-        self._hold_cap = max(1, self._prefetch // 8)
         self._active = True
         self.stale_acks = 0
         """Acks and fails dropped because their channel is gone (the broker redelivered them)."""
@@ -226,10 +228,12 @@ class RabbitMQSpout(Spout):
         )
         """The connection being made on a thread of its own after an outage."""
         self._plain_body = self.fields == ("body",)
+        self._upkeep = Upkeep(self.upkeep, UPKEEP_SECS, collector.report_error)
         try:
             self._connected(self._open_channel())
         except _BROKEN as exc:
             self._lost(exc)
+        self._upkeep.start()
 
     def activate(self) -> None:
         self._active = True
@@ -249,18 +253,16 @@ class RabbitMQSpout(Spout):
             self._flush_acks(everything=True)
         except _BROKEN as exc:
             logger.debug("%s: acks at close: %s", self._outage.where, exc)
+        self._upkeep.stop()
         self._disconnect()
         self._connecting.close()
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
         self._buffer.clear()
-        self._open.clear()
-        self._order.clear()
         self._held.clear()
         self._replays.clear()
-        self.stale_acks += len(self._to_ack)
-        self._to_ack = []
+        self.stale_acks += self._acks.clear()
         if connection is not None:
             connection.close()
 
@@ -269,7 +271,7 @@ class RabbitMQSpout(Spout):
         if self._connection is None:
             self._reconnect()
             return
-        if self._to_ack and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
+        if self._acks.waiting and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
             self._guard(self._flush_acks)
         buffer = self._buffer
         if not buffer and self._connection is not None:
@@ -281,12 +283,25 @@ class RabbitMQSpout(Spout):
             values = [text_or_bytes(delivery.body)] if self._plain_body else self._values(delivery)
             emit(values, msg_id=(generation, delivery.tag))
 
+    def upkeep(self) -> None:
+        """What keeps the connection alive and the broker informed, whether or not
+        ``next_tuple`` is called (``_upkeep``); never waits: the heartbeat when due (in
+        ``poll``, which also reads what arrived into the buffer: the prefetch bounds it), the
+        acks that waited their linger, a new connection once made."""
+        if self._connection is None:
+            self._reconnect()
+            return
+        if self._acks.waiting and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
+            self._guard(self._flush_acks)
+        if self._connection is not None:
+            self._receive(self._connection)
+
     def _receive(self, connection: QueueConsumer) -> None:
         """Take what the broker delivered into the buffer (never waits)."""
         try:
             deliveries = connection.poll()
-        except ConsumerCancelled:
-            self._lost(ConnectionError(f"the broker cancelled the consumer of queue {self.queue!r} (deleted?)"))
+        except ConsumerCancelled as exc:
+            self._lost(ConsumerCancelled(f"{exc} (queue {self.queue!r}; the spout consumes again once it exists)"))
             return
         except _BROKEN as exc:
             self._lost(exc)
@@ -298,10 +313,8 @@ class RabbitMQSpout(Spout):
                 if delivery.redelivered:
                     self._broker_counts = _delivery_count(delivery.properties) is not None
                     break
-        tags = [delivery.tag for delivery in deliveries]
         self._buffer.extend(deliveries)
-        self._open.update(tags)
-        self._order.extend(tags)
+        self._acks.delivered([delivery.tag for delivery in deliveries])
 
     def _values(self, delivery: Delivery) -> list[Any]:
         values: list[Any] = []
@@ -318,23 +331,22 @@ class RabbitMQSpout(Spout):
     def ack(self, msg_id: Any) -> None:
         """Mark the delivery done; the broker hears of it with the next flush of acks."""
         generation, tag = msg_id
-        if generation != self._generation or tag not in self._open:
+        if generation != self._generation or tag not in self._acks:
             self.stale_acks += 1
             return
-        self._close_tag(tag)
+        self._acks.done(tag)
         self._held.pop(tag, None)
         if self._replays:
             self._replays.pop(tag, None)
-        self._to_ack.append(tag)
         if not self._active:  # no ``next_tuple`` to flush on the linger: no waiting
             self._guard(self._flush_acks, True)
-        elif len(self._to_ack) >= self._ack_batch or time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
+        elif self._acks.waiting >= self._ack_batch or time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
             self._guard(self._flush_acks)
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """Replay the message (whatever the reason), or dead-letter it after ``max_replays``."""
         generation, tag = msg_id
-        if self._connection is None or generation != self._generation or tag not in self._open:
+        if self._connection is None or generation != self._generation or tag not in self._acks:
             self.stale_acks += 1
             return
         delivery = self._held.pop(tag, None)
@@ -349,12 +361,12 @@ class RabbitMQSpout(Spout):
             self._replays[tag] = self._replays.get(tag, 0) + 1
             self._buffer.appendleft(delivery)
         else:  # the broker counts, or may: give it back
-            self._close_tag(tag)
+            self._acks.settled(tag)
             self._guard(self._connection.nack, tag, requeue=True)
 
     def _dead_letter(self, delivery: Delivery, replays: int, reason: str) -> None:
         tag, properties = delivery.tag, delivery.properties
-        self._close_tag(tag)
+        self._acks.settled(tag)
         self._replays.pop(tag, None)
         assert self._connection is not None
         if not self._guard(self._connection.reject, tag, requeue=False):
@@ -370,36 +382,14 @@ class RabbitMQSpout(Spout):
             reason,
         )
 
-    def _close_tag(self, tag: int) -> None:
-        """``tag`` is acked or failed: no longer open; the watermark moves past closed tags."""
-        is_open, order = self._open, self._order
-        is_open.discard(tag)
-        while order and order[0] not in is_open:
-            order.popleft()
-
     def _flush_acks(self, everything: bool = False) -> None:
-        """Ack the done tags: one ``multiple=True`` ack up to the highest below the watermark,
-        and those above it each on its own once they waited too long or too many wait (or
-        ``everything``: deactivating or closing)."""
-        if not self._to_ack or self._connection is None:
-            return
-        now = time.monotonic()
-        self._flushed_at = now
-        watermark = self._order[0] if self._order else None
-        if watermark is None:
-            below, above = self._to_ack, []
-        else:
-            below = [tag for tag in self._to_ack if tag < watermark]
-            above = [tag for tag in self._to_ack if tag > watermark] if len(below) < len(self._to_ack) else []
+        """Send the acks the watermark allows (``everything``: deactivating or closing)."""
         connection = self._connection
-        if below:
-            connection.ack(max(below), multiple=True)
-        if above and (everything or len(above) >= self._hold_cap or now - (self._held_since or now) >= ACK_HOLD_SECS):
-            for tag in above:
-                connection.ack(tag)
-            above = []
-        self._to_ack = above
-        self._held_since = (self._held_since or now) if above else 0.0
+        if connection is None or not self._acks.waiting:
+            return
+        self._flushed_at = time.monotonic()
+        for tag, multiple in self._acks.acks(everything):
+            connection.ack(tag, multiple=multiple)
 
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:
@@ -433,7 +423,7 @@ class RabbitMQSpout(Spout):
         self._connection.cancel()
         while self._buffer:
             tag = self._buffer.popleft().tag
-            self._close_tag(tag)
+            self._acks.settled(tag)
             self._replays.pop(tag, None)
             self._connection.nack(tag, requeue=True)
 
@@ -453,7 +443,7 @@ class RabbitMQSpout(Spout):
         self._outage.failed(exc)
 
 
-def _delivery_count(properties: MessageProperties) -> int | None:
+def _delivery_count(properties: Any) -> int | None:
     """The broker's count of earlier deliveries of a message (``None``: it keeps none)."""
     headers = properties.headers
     count = headers.get(DELIVERY_COUNT_HEADER) if headers else None

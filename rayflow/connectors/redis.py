@@ -56,8 +56,9 @@ from .._components import OutputFieldsDeclarer, Spout
 from .._context import TopologyContext
 from .._errors import ConfigError
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
+from ._errors import BrokerError
 from ._outage import Outage
-from ._resp import Replies
+from ._resp import RedisStreamError, Replies
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["RedisStreamSpout"]
@@ -89,7 +90,10 @@ SOCKET_TIMEOUT_SECS = 3.0
 
 Entry = tuple[str, dict[str | bytes, Any]]
 _T = TypeVar("_T")
-_BROKEN = (redis.exceptions.RedisError, OSError)
+_BROKEN = (redis.exceptions.RedisError, OSError, BrokerError)
+"""What a Redis call can fail with: redis-py's errors, the socket's, and a reply that is not RESP
+(``RedisStreamError``). The outage reports them as ``RedisStreamError``s that say what to check
+(``_explained``)."""
 
 
 class RedisStreamSpout(Spout):
@@ -457,7 +461,7 @@ class RedisStreamSpout(Spout):
         self._backlog = "0"
         if self._conn is not None:
             self._conn.disconnect()
-        self._outage.failed(exc)
+        self._outage.failed(self._explained(exc))
 
     def _ensure_group(self) -> bool:
         try:
@@ -479,10 +483,38 @@ class RedisStreamSpout(Spout):
         except _BROKEN as exc:
             if "NOGROUP" in str(exc):  # the stream or group was deleted (or Redis lost its data)
                 self._group_ready = False
-            self._outage.failed(exc)
+            self._outage.failed(self._explained(exc))
             return None
         self._outage.recovered()
         return result
+
+    def _explained(self, exc: BaseException) -> BaseException:
+        """redis-py's error as a ``RedisStreamError`` that says what to check (``exc`` its
+        cause); the socket's errors and rayflow's own as they are (the outage explains those)."""
+        if not isinstance(exc, redis.exceptions.RedisError):
+            return exc
+        text = str(exc)
+        hint = ""
+        if isinstance(exc, redis.exceptions.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
+            hint = "check the URL's user and password"
+        elif text.startswith("NOPERM"):
+            hint = (
+                "the URL's user lacks a permission the spout needs: XGROUP CREATE, XREADGROUP, XACK, XPENDING, "
+                "XCLAIM, XAUTOCLAIM, and MULTI and XADD on the dead-letter stream"
+            )
+        elif text.startswith("WRONGTYPE"):
+            hint = f"key {self.stream!r} holds something that is not a stream"
+        elif text.startswith("NOGROUP"):
+            hint = "the stream or its group was deleted (or Redis lost its data); the spout creates them again"
+        elif text.startswith("READONLY"):
+            hint = "the URL names a read-only replica: name the primary"
+        elif isinstance(exc, redis.exceptions.TimeoutError):
+            hint = "Redis did not answer in time: is it overloaded, or the host unreachable?"
+        elif isinstance(exc, redis.exceptions.ConnectionError):
+            hint = "is Redis running, and are the URL's host and port right?"
+        explained = RedisStreamError(f"{type(exc).__name__}: {text}" + (f" ({hint})" if hint else ""))
+        explained.__cause__ = exc
+        return explained
 
 
 def _value_maker(fields: tuple[str, ...], stream: str) -> Callable[[str, dict[str | bytes, Any]], list[Any]]:

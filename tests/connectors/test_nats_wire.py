@@ -1,5 +1,5 @@
-"""The NATS protocol as the JetStream spout speaks it (``rayflow.connectors._nats_wire`` and
-``_nats_conn``): every frame a server sends, frames cut anywhere, status messages, the ack
+"""The NATS protocol as the JetStream spout speaks it (``rayflow.connectors._nats.wire`` and
+``_nats.connection``): every frame a server sends, frames cut anywhere, status messages, the ack
 subject's metadata, and the handshake against a scripted server. No NATS needed."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rayflow.connectors._nats_conn import API_SID, PULL_SID, Connection, api_answer, connect
-from rayflow.connectors._nats_wire import (
+from rayflow.connectors._nats.connection import API_SID, PULL_SID, Connection, api_answer, connect
+from rayflow.connectors._nats.wire import (
     OK,
     PING,
     PONG,

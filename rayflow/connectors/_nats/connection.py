@@ -26,7 +26,7 @@ import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ._nats_wire import PING, Err, Frame, Info, Message, NatsError, parse, pub
+from .wire import PING, Err, Frame, Info, Message, NatsError, parse, pub
 
 __all__ = ["API_SID", "PULL_SID", "Connection", "connect"]
 

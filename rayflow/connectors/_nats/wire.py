@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from .._errors import RayflowError
+from .._errors import BrokerError
 
 __all__ = [
     "OK",
@@ -78,7 +78,7 @@ Frame = Message | Info | Err | str
 """What ``parse`` yields: a message, an ``INFO``, a ``-ERR``, or ``PING``, ``PONG``, ``+OK``."""
 
 
-class NatsError(RayflowError):
+class NatsError(BrokerError):
     """The NATS server refused something (``-ERR``, a JetStream API error, a status that ends
     a pull request with a fault) or spoke outside the protocol. ``code`` is the status or the
     API error's code when there is one."""
