@@ -5,7 +5,7 @@ How the package stacks, bottom up:
     plain Python, no Ray      _errors, _urls, _pending, _config, _tuple, _components, _context,
                               _groupings, _topology, _anchoring, _rotating_map, _ack_ledger, _outbox,
                               _router, _collectors, _metrics, _state/, _windows/, _executors/,
-                              _run_checks
+                              _run_checks, _sinks
     on Ray                    _runtime/ (one actor per task around an executor), _ui/ (the web
                               page and the Prometheus metrics of a running topology, in the driver)
     public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
@@ -28,6 +28,7 @@ from ._config import Config
 from ._context import TopologyContext
 from ._errors import ConfigError, EmitError, FailedException, RayflowError, StateError, TopologyError
 from ._groupings import CustomStreamGrouping, StreamId
+from ._sinks import TwoPhaseCommitSink
 from ._state.key_value import KeyValueState
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
 from ._tuple import Tuple
@@ -86,6 +87,7 @@ __all__ = [
     "TopologyHandle",
     "Tuple",
     "TupleWindow",
+    "TwoPhaseCommitSink",
     "WindowedBolt",
     "submit_topology",
 ]

@@ -10,11 +10,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._components import BasicBolt, BatchBolt, StatefulBolt
+from .._sinks import TwoPhaseCommitSink
 from .._windows.bolt import WindowedBolt
 from .basic_bolt import BasicBoltAdapter
 from .batch_bolt import BatchBoltAdapter
 from .bolt_kind import BoltKind
 from .stateful_bolt import StatefulBoltAdapter
+from .two_phase_commit import TwoPhaseCommitAdapter
 from .windowed_bolt import WindowedBoltAdapter
 
 if TYPE_CHECKING:  # a kind is built for a task; the executor module does not import this one
@@ -27,6 +29,7 @@ KindFactory = Callable[[Any, "BoltExecutor"], BoltKind]
 BOLT_KINDS: tuple[tuple[type[Any], KindFactory], ...] = (
     (WindowedBolt, WindowedBoltAdapter),
     (StatefulBolt, StatefulBoltAdapter),
+    (TwoPhaseCommitSink, TwoPhaseCommitAdapter),
     (BasicBolt, BasicBoltAdapter),
     (BatchBolt, BatchBoltAdapter),
 )
