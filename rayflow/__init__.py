@@ -7,7 +7,9 @@ How the package stacks, bottom up:
                               _router, _collectors, _metrics, _state/, _windows/, _executors/,
                               _run_checks, _sinks
     on Ray                    _runtime/ (one actor per task around an executor), _ui/ (the web
-                              page and the Prometheus metrics of a running topology, in the driver)
+                              page and the Prometheus metrics of a running topology, in the driver:
+                              it takes a handle), _local_cluster (LocalCluster: a local Ray, its
+                              topologies and their pages, put together)
     public subpackages        testing (in-process runner, FeederSpout), topology_file (YAML
                               topologies), connectors (brokers), spark (DataFrames), state
                               (state providers; _state/ has the checkpoint protocol)
@@ -35,11 +37,12 @@ from ._tuple import Tuple
 from ._windows import Count, Duration, TupleWindow, WindowedBolt
 
 if TYPE_CHECKING:
-    from ._runtime import LocalCluster, TopologyHandle, submit_topology
+    from ._local_cluster import LocalCluster
+    from ._runtime import TopologyHandle, submit_topology
     from .topology_file import SpecError
 
 _LAZY = {
-    "LocalCluster": "_runtime",
+    "LocalCluster": "_local_cluster",
     "TopologyHandle": "_runtime",
     "submit_topology": "_runtime",
     "SpecError": "topology_file",

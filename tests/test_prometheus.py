@@ -18,6 +18,7 @@ from prometheus_client.samples import Sample
 
 from rayflow import Config, TopologyHandle, submit_topology
 from rayflow._metrics import LATENCY_BUCKETS_SECS, LatencySamples, TaskMetrics
+from rayflow._ui import UiServer
 from rayflow._ui._prometheus import PrometheusExposition
 from rayflow._ui._recorder import MetricsRecorder
 
@@ -160,10 +161,12 @@ def running(ray_cluster: str) -> Iterator[tuple[TopologyHandle, str]]:
     """A word count at 500 sentences a second with its page served: (handle, page URL)."""
     conf = Config(message_timeout_secs=10, max_spout_pending=500)
     handle = submit_topology("prometheus-wordcount", conf, wordcount(rate=500))
+    page = UiServer()
     try:
-        yield handle, handle.serve_ui()
+        yield handle, page.serve(handle).url
     finally:
         handle.kill()
+        page.close()
 
 
 def test_metrics_are_scraped_during_a_run(running: tuple[TopologyHandle, str]) -> None:

@@ -1,14 +1,18 @@
 """The web page's server and JSON API, as a script (or the page) uses them.
 
-First what the recorder makes of consecutive polls (throughput, complete latency, errors), with
-no Ray. Then a word count on the session's Ray, its page served by ``handle.serve_ui``: the API
-answers, counters grow, errors show with their time and task, the buttons' POSTs act -- and only
-with the header a page of another site cannot send -- and a kill from the page stops the
-topology and its server. Last, ``LocalCluster(ui=True)`` and ``rayflow run --ui``.
+First what the recorder makes of consecutive polls (throughput, complete latency, errors), and
+how a page meets its handle (it listens before it has one, and closes once the handle is
+killed), with no Ray; and that the runtime imports nothing of the page. Then a word count on the
+session's Ray, a page serving its handle: the API answers, counters grow, errors show with their
+time and task, the buttons' POSTs act -- and only with the header a page of another site cannot
+send -- and a kill from the page stops the topology and its server. Last, ``LocalCluster(ui=True)``
+and ``rayflow run --ui``.
 """
 
 from __future__ import annotations
 
+import ast
+import socket
 import subprocess
 import sys
 import time
@@ -16,12 +20,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from rayflow import Config, ConfigError, LocalCluster, TopologyHandle, submit_topology
+from rayflow import Config, ConfigError, LocalCluster, RayflowError, TopologyHandle, submit_topology
 from rayflow._cli import app
 from rayflow._metrics import TaskMetrics
 from rayflow._ui import UiServer
@@ -82,9 +85,61 @@ class TestRecorder:
         assert new_errors(after, after) == []  # seen already
 
     def test_another_address_than_loopback_needs_a_token(self) -> None:
-        handle: Any = FakeHandle("t")
         with pytest.raises(ConfigError, match="give a token"):
-            UiServer(handle, host="0.0.0.0")
+            UiServer(host="0.0.0.0")
+
+
+class TestPageAndHandle:
+    """The page takes a handle and watches it; nothing of the runtime starts or stops it."""
+
+    def test_it_listens_before_it_has_a_handle_and_answers_once_it_has_one(self) -> None:
+        """``rayflow run --ui`` prints the URL before Ray starts: a request sent then is answered
+        once the topology runs, not refused."""
+        page = UiServer(ray_metrics=False, poll_secs=0.05)
+        try:
+            with socket.create_connection((page.host, page.port), timeout=DEADLINE) as early:
+                early.sendall(f"GET /api/topology HTTP/1.1\r\nHost: 127.0.0.1:{page.port}\r\n\r\n".encode())
+                page.serve(FakeHandle("early"))
+                answer = early.makefile("rb").readline()
+            assert answer.startswith(b"HTTP/1.") and b" 200 " in answer
+            assert get_json(page.url + "api/topology")["name"] == "early"
+        finally:
+            page.close()
+
+    def test_it_closes_once_its_handle_is_killed(self) -> None:
+        handle = FakeHandle("t")
+        page = UiServer(ray_metrics=False, poll_secs=0.05).serve(handle)
+        assert get_json(page.url + "api/topology")["state"] == "active"
+        handle.killed = True
+        assert eventually(lambda: page.closed and refused(page.url), timeout=DEADLINE)
+
+    def test_a_killed_topology_has_no_page(self) -> None:
+        handle = FakeHandle("gone")
+        handle.killed = True
+        page = UiServer(ray_metrics=False)
+        try:
+            with pytest.raises(RayflowError, match="'gone' was killed: there is nothing left to show"):
+                page.serve(handle)
+        finally:
+            page.close()
+
+    def test_the_runtime_imports_nothing_of_what_watches_it(self) -> None:
+        """``rayflow/_runtime`` does not import the page, ``LocalCluster`` or the command, not
+        even inside a function: they compose the runtime from above."""
+        above = ("rayflow._ui", "rayflow._local_cluster", "rayflow._cli")
+        found = []
+        for path in sorted((ROOT / "rayflow" / "_runtime").glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom):
+                    module = node.module or ""
+                    name = "rayflow." + module if node.level == 2 else f"rayflow._runtime.{module}"
+                    names = [name] + [f"{name}.{alias.name}" for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                found += [f"{path.name}:{node.lineno} {n}" for n in names if n.startswith(above)]
+        assert not found
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +149,12 @@ def running(ray_cluster: str) -> Iterator[tuple[TopologyHandle, str]]:
     conf = Config(message_timeout_secs=10, max_spout_pending=300)
     topology = wordcount(rate=300, raise_every=200)
     handle = submit_topology("ui-wordcount", conf, topology)
+    page = UiServer()
     try:
-        yield handle, handle.serve_ui(topology=topology)
+        yield handle, page.serve(handle, topology).url
     finally:
         handle.kill()
+        page.close()
 
 
 def emitted(url: str) -> int:
@@ -188,7 +245,7 @@ class TestActions:
 
     def test_with_a_token_only_the_token_acts(self, running: tuple[TopologyHandle, str]) -> None:
         handle, _ = running
-        server = UiServer(handle, token="s3cret", ray_metrics=False).start()
+        server = UiServer(token="s3cret", ray_metrics=False).serve(handle)
         try:
             assert server.url.endswith("/?token=s3cret")
             base = server.url.split("?")[0]
@@ -211,33 +268,36 @@ def refused(url: str) -> bool:
     return False
 
 
-def test_local_cluster_serves_a_page_per_topology_and_kill_from_it_stops_both(ray_cluster: str) -> None:
-    """``LocalCluster(ui=True)`` on the session's Ray: the page is up at once; Kill answers, the
-    topology is killed, and its server stops answering."""
+def test_local_cluster_serves_a_page_per_topology_and_kill_from_it_stops_both(
+    ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``LocalCluster(ui=True)`` on the session's Ray: the page is up at once, its URL printed
+    (a plain script shows it); Kill answers, the topology is killed, its server stops answering."""
     with LocalCluster(ui=True) as cluster:
         handle = cluster.submit_topology("ui-kill", {"max_spout_pending": 50}, wordcount(rate=50, split=1))
-        url = handle.serve_ui()  # the URL of the page the cluster started
+        url = cluster.serve_ui(handle)  # the URL of the page the cluster started
+        assert f"topology 'ui-kill': web page {url}" in capsys.readouterr().err
         assert get_json(url + "api/topology")["name"] == "ui-kill"
         assert post(url + "api/kill", ACT) == (200, {"action": "kill", "state": "killed"})
         assert eventually(lambda: handle.killed and refused(url + "api/topology"), timeout=DEADLINE)
 
 
 def test_rayflow_run_ui_prints_the_page_and_ends_when_killed_from_it(ray_cluster: str, tmp_path: Path) -> None:
-    """``rayflow run FILE --ui`` prints the page's URL first; a Kill from the page ends the run
-    with its summary."""
+    """``rayflow run FILE --ui`` prints the page's URL first, before anything it says while Ray
+    starts; a Kill from the page ends the run with its summary."""
     path = tmp_path / "wordcount.yaml"
     path.write_text(WORDCOUNT_YAML, encoding="utf-8")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayflow", "run", str(path), "--ui", "--duration", "120", "--address", ray_cluster],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first.startswith("web page: http://127.0.0.1:"), first + proc.stderr.read() if proc.stderr else ""
+        assert first.startswith("web page: http://127.0.0.1:"), first
         url = first.split()[2]
         assert eventually(lambda: emitted(url) > 0, timeout=DEADLINE)
         assert post(url + "api/kill", ACT)[0] == 200

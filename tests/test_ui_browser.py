@@ -4,13 +4,18 @@ Debian's chromedriver (the same version: no driver download, no internet).
 A word count runs on the session's Ray with its page served. The page's spout counter grows;
 Kill asks first, and dismissing the question changes nothing; Deactivate asks, and once
 accepted the page shows the topology inactive and the spout's emitted count stops. On the way
-the page is saved to ``docs/images/ui.png`` (the README shows it): running this test
-regenerates it.
+the page is photographed into the test's temporary directory and the picture checked (a PNG as wide
+as the window, drawn, not blank); the tests change no file of the repository. To retake
+the README's ``docs/images/ui.png``, name it in ``RAYFLOW_UI_SCREENSHOT``:
+
+    RAYFLOW_UI_SCREENSHOT=docs/images/ui.png python -m pytest -m browser
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ from typing import Any
 import pytest
 
 from rayflow import Config, submit_topology
+from rayflow._ui import UiServer
 
 from .conftest import eventually
 from .ui_helpers import wordcount
@@ -28,9 +34,8 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOT = ROOT / "docs" / "images" / "ui.png"
 DEADLINE = 30.0
+WINDOW = (1400, 1700)
 HISTORY_POINTS = 12
 """Seconds of plot in the screenshot (a point per second)."""
 
@@ -42,7 +47,8 @@ def browser() -> Iterator[Any]:
         pytest.skip("no headless Chromium: apt-get install chromium chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1700"):
+    window = "--window-size={},{}".format(*WINDOW)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", window):
         options.add_argument(argument)
     browser = webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver), options=options)
     try:
@@ -99,11 +105,34 @@ def answer_confirm(browser: Any, accept: bool) -> str:
     return question
 
 
-def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, browser: Any) -> None:
+def png_size(picture: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's header (its IHDR chunk comes first)."""
+    assert picture[:8] == b"\x89PNG\r\n\x1a\n" and picture[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", picture[16:24])
+    return int(width), int(height)
+
+
+def screenshot(browser: Any, tmp_path: Path) -> None:
+    """The page as the README shows it, into ``tmp_path`` and checked; copied to
+    ``RAYFLOW_UI_SCREENSHOT`` only when that names a file (a deliberate retake)."""
+    shot = tmp_path / "ui.png"
+    assert browser.save_screenshot(str(shot))
+    picture = shot.read_bytes()
+    width, height = png_size(picture)
+    assert width == WINDOW[0] and WINDOW[1] / 2 < height <= WINDOW[1]  # the window less its frame
+    assert len(picture) > 50_000  # tables, plots and the error list drawn; a blank page is a few KB
+    wanted = os.environ.get("RAYFLOW_UI_SCREENSHOT")
+    if wanted:
+        Path(wanted).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, wanted)
+
+
+def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, browser: Any, tmp_path: Path) -> None:
     topology = wordcount(rate=300, raise_every=400)
     handle = submit_topology("wordcount", Config(message_timeout_secs=10, max_spout_pending=300), topology)
+    page = UiServer()
     try:
-        browser.get(handle.serve_ui(topology=topology))
+        browser.get(page.serve(handle, topology).url)
         assert eventually(lambda: (emitted(browser) or 0) > 0, timeout=DEADLINE)
         first = emitted(browser)
         assert eventually(lambda: (emitted(browser) or 0) > (first or 0), timeout=DEADLINE)
@@ -113,8 +142,7 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         assert eventually(lambda: browser.execute_script("return points.length") >= HISTORY_POINTS, timeout=DEADLINE)
         an_error = '#errors tr td[data-field="time"]'
         assert eventually(lambda: page_value(browser, an_error) is not None, timeout=DEADLINE)
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        assert browser.save_screenshot(str(SCREENSHOT))
+        screenshot(browser, tmp_path)
 
         browser.find_element(By.ID, "kill").click()
         assert "Kill topology wordcount?" in answer_confirm(browser, accept=False)
@@ -128,3 +156,4 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         assert refreshes(browser, 3) == [stopped] * 3  # three refreshes, a second apart: it stays
     finally:
         handle.kill()
+        page.close()

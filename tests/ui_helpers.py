@@ -134,6 +134,7 @@ class FakeHandle:
     def __init__(self, name: str) -> None:
         self.name = name
         self.killed = False
+        self.active = True
         self.tasks: dict[int, dict[str, Any]] = {}
 
     def task_metrics(self) -> dict[int, dict[str, Any]]:

@@ -28,7 +28,7 @@ from .progress import progress
 from .ray_connection import ray_connection
 
 if TYPE_CHECKING:
-    from .._runtime import TopologyHandle
+    from .._ui import UiServer
 
 __all__ = ["RUN_HELP", "graph", "run", "schema", "validate"]
 
@@ -156,6 +156,18 @@ def run(
     loaded = load(file, set_, properties)
     if loaded.config.debug:
         show_debug_log()
+    page = _open_page(host or "127.0.0.1", port or 0) if ui else None  # its URL first: Ray takes a while
+    try:
+        outcome = _run(loaded, address, duration, inactive, page)
+    finally:
+        if page is not None:
+            page.close()
+    raise typer.Exit(outcome)
+
+
+def _run(
+    loaded: LoadedTopology, address: str | None, duration: float | None, inactive: bool, page: UiServer | None
+) -> ExitCode:
     from .._runtime import submit_topology  # Ray is imported by the one command that needs it
 
     with ray_connection(address):
@@ -165,28 +177,27 @@ def run(
                 handle = submit_topology(loaded.name, loaded.config, loaded.topology, active=not inactive)
         except Exception as exc:  # a RayflowError, or Ray failing to place or start the actors
             console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
-            raise typer.Exit(ExitCode.NOT_STARTED) from None
-        if ui:
-            _serve_ui(handle, loaded, host or "127.0.0.1", port or 0)
-        outcome = Monitor(handle, loaded, duration).run()
-    raise typer.Exit(outcome)
+            return ExitCode.NOT_STARTED
+        if page is not None:
+            page.serve(handle, loaded.topology)
+        return Monitor(handle, loaded, duration).run()
 
 
-def _serve_ui(handle: TopologyHandle, loaded: LoadedTopology, host: str, port: int) -> None:
-    """Serve the page and say where; if it cannot be served, stop the topology and exit 1."""
+def _open_page(host: str, port: int) -> UiServer:
+    """The web page, listening already (a browser opened now waits until the topology runs),
+    its URL printed; if it cannot listen there, exit 1 before anything starts."""
+    from .._ui import UiServer
     from .._ui._server import is_loopback
 
     token = os.environ.get("RAYFLOW_UI_TOKEN") or (None if is_loopback(host) else secrets.token_urlsafe(24))
     try:
-        url = handle.serve_ui(host, port, token=token, topology=loaded.topology)
-    except BaseException as exc:
-        handle.kill()
-        if not isinstance(exc, RayflowError):
-            raise
+        page = UiServer(host=host, port=port, token=token)
+    except RayflowError as exc:
         console.err.print(f"cannot serve the web page: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(ExitCode.NOT_STARTED) from None
-    base = url.split("?", 1)[0]
-    console.out.print(f"web page: {url}  (Prometheus: {base}metrics)", markup=False, soft_wrap=True)
+    base = page.url.split("?", 1)[0]
+    console.out.print(f"web page: {page.url}  (Prometheus: {base}metrics)", markup=False, soft_wrap=True)
+    return page
 
 
 class _Stderr(logging.Handler):

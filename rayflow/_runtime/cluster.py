@@ -1,4 +1,5 @@
-"""Placing a topology on Ray: ``submit_topology`` and ``LocalCluster``."""
+"""Placing a topology on Ray: ``submit_topology``, and how rayflow starts a local Ray
+(``local_ray_options``) for ``LocalCluster`` and ``rayflow run``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ray import cloudpickle
 
 from .._config import Config
 from .._errors import RayflowError, TopologyError
+from .._exactly_once.wiring import with_guarantee
 from .._groupings import CustomGrouping
 from .._run_checks import config_to_run
 from .._topology import Topology
@@ -21,12 +23,13 @@ from .._windows.validation import pending_advice
 from . import ray_calls
 from .control import ControlLink, release, reserve
 from .handle import TopologyHandle
+from .placement import Placement
 from .stream_keys import TopologyKeys
 from .streams import ListenError
 from .supervisor import Supervisor
 from .task_actor import TaskActor
 
-__all__ = ["LocalCluster", "local_ray_options", "no_usage_stats", "submit_topology"]
+__all__ = ["local_ray_options", "no_usage_stats", "submit_topology"]
 
 logger = logging.getLogger("rayflow")
 
@@ -112,32 +115,35 @@ def submit_topology(
     for advice in config.storm_settings_without_effect():
         logger.warning("topology %r: %s", name, advice)
     config = config_to_run(topology, config, reach=True)
+    topology = with_guarantee(topology, config)
     for advice in pending_advice(topology, config):
         logger.warning("topology %r: %s", name, advice)
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
+    placement = Placement(topology, config, layout)
+    placement.check()  # what the cluster can never hold is refused before anything starts
     control = reserve(name, len(layout), config.message_timeout_secs)  # refuses a name that runs already
     shared = ray.put(topology)
-    options: dict[str, Any] = {"num_cpus": config.task_cpus, "max_concurrency": 1000, "scheduling_strategy": "SPREAD"}
     keys = TopologyKeys()  # the topology's own authority: its key stays in this process
+    nodes: dict[int, str] = {}
+    """Where each task runs: filled in as they start, kept current by the supervisor."""
 
-    def make_actor(task: int) -> Any:  # every start of a task gets a fresh certificate
+    def make_actor(task: int) -> Any:  # every start of a task gets a fresh certificate and its resources
+        options = placement.options(task, nodes)
         return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, keys.issue(task))
 
-    actors = {task: make_actor(task) for task in layout}
     try:
-        placed = dict(zip(actors, ray.get([a.listen.remote() for a in actors.values()]), strict=True))
+        started = placement.start(make_actor, nodes)  # what waits for resources is the supervisor's to start
     except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-        for actor in actors.values():
-            ray.kill(actor)
         release(control, name)
         cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
         if isinstance(cause, ListenError):  # e.g. rayflow.stream.bind.host names no address of a node
             raise TopologyError([str(cause)]) from None
         raise TopologyError(_rebuild_problems(topology) or [f"a task could not start: {exc}"]) from None
-    nodes = {task: node for task, (node, _) in placed.items()}
-    addresses = {task: address for task, (_, address) in placed.items()}
+    actors, addresses = started.actors, started.addresses
+    # A task still waiting is not dialled until it joins: the supervisor then tells every peer.
+    ray.get([a.give_up.remote(task) for a in actors.values() for task in started.waiting])
     ray.get([a.connect.remote(addresses, nodes) for a in actors.values()])
     spouts = {s.id for s in topology.spouts}
     supervisor = Supervisor(
@@ -149,7 +155,10 @@ def submit_topology(
         make_actor,
         lambda task: layout[task] in spouts,
         config.max_task_restarts,
+        placement,
     )
+    for task, (actor, listen) in started.waiting.items():
+        supervisor.adopt(task, actor, listen)
     supervisor.start()
     handle = TopologyHandle(name, supervisor, layout, spouts)
     handle.control = ControlLink(control, handle, sorted(spouts), lambda: supervisor.active)
@@ -185,47 +194,3 @@ def local_ray_options(num_cpus: int | None = None) -> dict[str, Any]:
         "log_to_driver": False,
         "logging_level": logging.ERROR,
     }
-
-
-class LocalCluster:
-    """Run topologies on a local Ray instance.
-
-    Starts Ray (sized for a small machine) unless this process is already connected, and on
-    ``shutdown`` kills the topologies it submitted and stops Ray if it started it.
-
-    With ``ui=True`` every topology submitted gets its web page on 127.0.0.1 (a free port; its
-    URL is logged, and ``handle.serve_ui()`` returns it) with ``/metrics`` for Prometheus.
-    """
-
-    def __init__(self, num_cpus: int | None = None, *, ui: bool = False, **ray_init_kwargs: Any) -> None:
-        self._handles: list[TopologyHandle] = []
-        self._started_ray = False
-        self._ui = ui
-        if not ray.is_initialized():
-            kwargs = local_ray_options(num_cpus)
-            kwargs.update(ray_init_kwargs)
-            ray.init(**kwargs)
-            self._started_ray = True
-
-    def submit_topology(
-        self, name: str, conf: Config | dict[str, Any] | None, topology: Topology, *, active: bool = True
-    ) -> TopologyHandle:
-        handle = submit_topology(name, conf, topology, active=active)
-        self._handles.append(handle)
-        if self._ui:
-            logger.info("topology %r: its page is %s", name, handle.serve_ui(topology=topology))
-        return handle
-
-    def shutdown(self) -> None:
-        for handle in self._handles:
-            handle.kill()
-        self._handles.clear()
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()

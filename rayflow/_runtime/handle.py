@@ -2,6 +2,9 @@
 
 It keeps answering while tasks die and come back: a task that does not answer in time is
 reported with its last known counters and ``alive: False``, and ``wait`` keeps waiting.
+
+What watches a topology (the web page, ``rayflow run``'s table) takes a handle and reads it;
+the handle knows none of them, so the runtime does not depend on its viewers.
 """
 
 from __future__ import annotations
@@ -14,15 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from .._errors import RayflowError
 from .._metrics import TaskMetrics, merge_by_component
 from .._topology import ACKER_COMPONENT
 from . import ray_calls
 from .supervisor import Supervisor
 
 if TYPE_CHECKING:
-    from .._topology import Topology
-    from .._ui import UiServer
     from .control import ControlLink
 
 __all__ = ["TopologyHandle", "component_metrics"]
@@ -42,7 +42,6 @@ class TopologyHandle:
         self._spout_tasks = [t for t, c in layout.items() if c in spout_ids]
         self._last: dict[int, dict[str, Any]] = {}
         self.killed = False
-        self._ui: UiServer | None = None
         self._killing = threading.Lock()
         self.control: ControlLink | None = None
         """How processes other than this one find and steer the topology (``control.py``)."""
@@ -52,8 +51,8 @@ class TopologyHandle:
 
     def _ask(self, tasks: list[int], method: str) -> dict[int, Any]:
         """Call ``method`` on each task's actor; the answers of those that answered in time."""
-        actors = self._supervisor.actors
-        refs = {getattr(actors[t], method).remote(): t for t in tasks}
+        actors = self._supervisor.actors  # a task Ray is still placing has none yet
+        refs = {getattr(actors[t], method).remote(): t for t in tasks if t in actors}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_TIMEOUT_SECS)
         answers: dict[int, Any] = {}
         for ref in ready:
@@ -67,29 +66,6 @@ class TopologyHandle:
     def active(self) -> bool:
         """Are the spouts being asked for tuples (``activate``), or not (``deactivate``)?"""
         return self._supervisor.active
-
-    def serve_ui(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        *,
-        token: str | None = None,
-        topology: Topology | None = None,
-    ) -> str:
-        """Serve this topology's web page, its JSON API and ``/metrics`` (Prometheus), and
-        record its metrics in Ray's (``docs/ui.md``); returns the page's URL. It lives until the
-        topology is killed; a second call returns the same URL.
-
-        ``port=0`` takes a free port. On another address than loopback ``token`` is required
-        (``ConfigError`` otherwise): the page's buttons act only with it. ``topology``, the one
-        submitted, lets the page draw the graph."""
-        if self._ui is None:
-            if self.killed:
-                raise RayflowError(f"topology {self.name!r} was killed: there is nothing left to show")
-            from .._ui import UiServer
-
-            self._ui = UiServer(self, topology=topology, host=host, port=port, token=token).start()
-        return self._ui.url
 
     def activate(self) -> None:
         """Open the spouts (the first time) and let them emit."""
@@ -111,8 +87,6 @@ class TopologyHandle:
         if self.killed:
             return
         self.killed = True
-        if self._ui is not None:  # the page goes with the topology
-            self._ui.close()
         supervisor = self._supervisor
         supervisor.stop()
         if not ray_calls.connected():  # Ray was shut down and took the actors with it; a call would start it again
@@ -137,9 +111,17 @@ class TopologyHandle:
     def task_metrics(self) -> dict[int, dict[str, Any]]:
         """Each task's counters, keyed by task id, with ``component``, ``kind``, ``pid`` and
         ``node_id`` of the process it runs in now, ``restarts``, and ``alive`` (``False``: it
-        did not answer, and its last known counters are shown)."""
+        did not answer, and its last known counters are shown).
+
+        Where it runs and what it holds: ``node_ip`` (the address it listens on, its node's),
+        ``resources`` (what it takes from its node, in Ray's names: ``{"CPU": 0.01, "GPU": 1}``),
+        ``gpu_ids`` (``ray.get_gpu_ids()`` in its process), and ``state``: ``running``,
+        ``not answering``, ``starting`` or ``restarting`` (its actor is being started),
+        ``waiting for resources`` (being started, and Ray reports it cannot place it for want
+        of them: taken by others, or a node an autoscaler is adding) or ``given up``."""
         answers = self._ask(list(self._layout), "metrics")
         supervisor = self._supervisor
+        states = supervisor.task_states(set(answers))
         out: dict[int, dict[str, Any]] = {}
         for task, component in self._layout.items():
             snap = answers.get(task)
@@ -154,6 +136,10 @@ class TopologyHandle:
                 "alive": alive,
                 "restarts": supervisor.restarts[task],
                 "node_id": supervisor.nodes.get(task, snap.get("node_id")),
+                "node_ip": address[0] if (address := supervisor.addresses.get(task)) else None,
+                "resources": supervisor.placement.request(task) if supervisor.placement else {},
+                "gpu_ids": snap.get("gpu_ids", []),
+                "state": states[task],
             }
         return out
 

@@ -9,8 +9,10 @@ How it stacks, bottom up:
     _ray_metrics   the same recorded with ``ray.util.metrics``, for Ray's metrics endpoint
     _server        UiServer: the page (``static/``), the JSON API, ``/metrics``, the buttons
 
-``TopologyHandle.serve_ui``, ``LocalCluster(ui=True)`` and ``rayflow run --ui`` start a
-``UiServer``; ``docs/ui.md`` and ``docs/metrics.md`` are the user's side of it.
+A page takes a ``TopologyHandle`` and watches it; the runtime does not know it is watched. It is
+composed from above: ``LocalCluster`` (``ui=True``, ``serve_ui``) and ``rayflow run --ui`` make a
+``UiServer`` and hand it the handle. ``docs/ui.md`` and ``docs/metrics.md`` are the user's side
+of it.
 """
 
 from ._server import UiServer

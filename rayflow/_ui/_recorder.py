@@ -15,7 +15,8 @@ and from one poll to the next the recorder keeps:
   polls show as one, with its count.
 
 Listeners (the Ray metrics exporter) get each poll, on the thread. Polling stops once the handle
-is killed (its actors are gone); the last poll stays readable.
+is killed (its actors are gone), and ``when_killed`` is called (the page closes with it); the
+last poll stays readable.
 """
 
 from __future__ import annotations
@@ -124,10 +125,14 @@ def new_errors(before: Poll | None, after: Poll) -> list[dict[str, Any]]:
 
 
 class MetricsRecorder:
-    """Polls ``handle`` on a daemon thread from ``start`` until ``stop`` or the handle is killed."""
+    """Polls ``handle`` on a daemon thread from ``start`` until ``stop`` or the handle is killed;
+    then, on that thread, calls ``when_killed``."""
 
-    def __init__(self, handle: Polled, poll_secs: float = POLL_SECS) -> None:
+    def __init__(
+        self, handle: Polled, poll_secs: float = POLL_SECS, *, when_killed: Callable[[], None] | None = None
+    ) -> None:
         self.handle = handle
+        self.when_killed = when_killed
         self.poll_secs = poll_secs
         self.started = time.time()
         self.history: deque[dict[str, Any]] = deque(maxlen=max(2, int(HISTORY_SECS / poll_secs)))
@@ -155,7 +160,9 @@ class MetricsRecorder:
             return list(self.errors)
 
     def start(self) -> None:
-        self.poll()
+        """Poll now (unless polled already), then once per ``poll_secs`` on the thread."""
+        if self.last is None:
+            self.poll()
         self._thread.start()
 
     def stop(self) -> None:
@@ -182,6 +189,8 @@ class MetricsRecorder:
     def _run(self) -> None:
         while not self._stopping.wait(self.poll_secs):
             if self.handle.killed:
+                if self.when_killed is not None:
+                    self.when_killed()
                 return
             try:
                 self.poll()

@@ -20,6 +20,12 @@ loopback, a request whose ``Host`` is not a loopback name is refused (DNS rebind
 need no token: what they show is what ``/metrics`` gives a scraper anyway.
 
 A kill is answered first and done after, on a thread of its own: the kill closes this server.
+
+The page takes a handle; the runtime knows nothing of it. A server binds its port when it is
+made and serves a topology from ``serve(handle)`` on, so ``rayflow run --ui`` can print the URL
+before Ray has started (a browser opened at once waits for the first answer). It closes itself
+once its recorder sees the handle killed, however that came about; whoever composed it (the
+``rayflow run`` command, ``LocalCluster``) may close it sooner.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from .._errors import ConfigError
+from .._errors import ConfigError, RayflowError
 from .._topology import Topology
 from ._prometheus import CONTENT_TYPE, PrometheusExposition
 from ._recorder import POLL_SECS, MetricsRecorder
@@ -57,6 +63,7 @@ _STATIC = {
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 _ACTIONS = ("activate", "deactivate", "kill")
+_NOT_SERVING = "this web page shows no topology yet: call serve(handle) first"
 _TASK_FIELDS = (
     *("component", "kind", "alive", "restarts", "node_id", "pid", "emitted", "transferred", "acked", "failed"),
     *("executed", "errors", "last_error", "last_error_at", "pending", "timed_out", "exhausted", "dead_lettered"),
@@ -77,14 +84,15 @@ def is_loopback(host: str) -> bool:
 
 
 class UiServer:
-    """Serves ``handle``'s page on ``host:port`` (``port=0``: a free one) from ``start`` until
-    ``close``. ``topology`` draws the graph; without it the page lists the components only."""
+    """Listens on ``host:port`` (``port=0``: a free one) from the start, and serves a topology's
+    page from ``serve`` until ``close``; the topology's kill closes it too.
+
+    Raises ``ConfigError`` for another address than loopback without a ``token``, or a port it
+    cannot bind."""
 
     def __init__(
         self,
-        handle: TopologyHandle,
         *,
-        topology: Topology | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
@@ -96,16 +104,16 @@ class UiServer:
                 f"the web page would be reachable from other hosts on {host!r} and anyone there could kill the "
                 "topology: give a token (token=..., or RAYFLOW_UI_TOKEN for `rayflow run --ui`), or bind 127.0.0.1"
             )
-        self.handle = handle
-        self.topology = topology
         self.token = token
-        self.recorder = MetricsRecorder(handle, poll_secs)
-        self.exposition = PrometheusExposition(self.recorder)
-        if ray_metrics:
-            from ._ray_metrics import RayMetricsExporter  # imports Ray's metrics only when asked
-
-            RayMetricsExporter(self.recorder)
+        self.poll_secs = poll_secs
+        self.ray_metrics = ray_metrics
+        self._handle: TopologyHandle | None = None
+        self.topology: Topology | None = None
+        self._recorder: MetricsRecorder | None = None
+        self._exposition: PrometheusExposition | None = None
         self._graph: bytes | None = None
+        self._serving: threading.Thread | None = None
+        self._closing = threading.Lock()
         try:
             self._http = ThreadingHTTPServer((host, port), _handler_for(self))
         except OSError as exc:
@@ -113,7 +121,6 @@ class UiServer:
         self._http.daemon_threads = True
         self.host = host
         self.port = int(self._http.server_address[1])
-        self._thread = threading.Thread(target=self._http.serve_forever, name=f"rayflow-ui-{handle.name}", daemon=True)
         self.closed = False
 
     @property
@@ -125,17 +132,61 @@ class UiServer:
         query = f"?token={quote(self.token)}" if self.token else ""
         return f"http://{host}:{self.port}/{query}"
 
-    def start(self) -> UiServer:
-        self.recorder.start()
-        self._thread.start()
+    @property
+    def handle(self) -> TopologyHandle:
+        """The topology shown (``serve`` was called: no request is answered before)."""
+        if self._handle is None:
+            raise RayflowError(_NOT_SERVING)
+        return self._handle
+
+    @property
+    def recorder(self) -> MetricsRecorder:
+        if self._recorder is None:
+            raise RayflowError(_NOT_SERVING)
+        return self._recorder
+
+    @property
+    def exposition(self) -> PrometheusExposition:
+        if self._exposition is None:
+            raise RayflowError(_NOT_SERVING)
+        return self._exposition
+
+    def serve(self, handle: TopologyHandle, topology: Topology | None = None) -> UiServer:
+        """Show ``handle``'s topology from now on: poll it, answer requests. ``topology``, the
+        one submitted, lets the page draw the graph; without it the page lists the components."""
+        if self._handle is not None:
+            shown = self._handle.name
+            raise RayflowError(f"this web page shows topology {shown!r} already: make another for {handle.name!r}")
+        if self.closed:
+            raise RayflowError(f"this web page was closed: make a new one for {handle.name!r}")
+        if handle.killed:
+            raise RayflowError(f"topology {handle.name!r} was killed: there is nothing left to show")
+        self._handle, self.topology = handle, topology
+        self._recorder = MetricsRecorder(handle, self.poll_secs, when_killed=self.close)
+        self._exposition = PrometheusExposition(self._recorder)
+        if self.ray_metrics:
+            from ._ray_metrics import RayMetricsExporter  # imports Ray's metrics only when asked
+
+            RayMetricsExporter(self._recorder)
+        self._recorder.poll()  # the first answers have numbers
+        # Serving before the recorder's thread runs: a close (that thread seeing the kill) waits
+        # for the serving loop, which must have started.
+        self._serving = threading.Thread(target=self._http.serve_forever, name=f"rayflow-ui-{handle.name}", daemon=True)
+        self._serving.start()
+        self._recorder.start()
         return self
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.recorder.stop()
-        self._http.shutdown()
+        """Stop answering and polling; the port is free again. Safe to call twice, and from
+        any thread."""
+        with self._closing:
+            if self.closed:
+                return
+            self.closed = True
+        if self._recorder is not None:
+            self._recorder.stop()
+        if self._serving is not None:
+            self._http.shutdown()  # waits for the serving loop to end
         self._http.server_close()
 
     # -- what the routes answer ---------------------------------------------------------------
@@ -192,7 +243,7 @@ class UiServer:
         """The drawing, rendered once. Raises ``LookupError`` without a topology and
         ``graphviz.ExecutableNotFound`` without Graphviz's ``dot``."""
         if self.topology is None:
-            raise LookupError("the topology was not given to the server (serve_ui(topology=...)): no graph to draw")
+            raise LookupError("the topology was not given to the page (serve(handle, topology)): no graph to draw")
         if self._graph is None:
             from ..topology_file._drawing import to_dot
 
