@@ -15,9 +15,12 @@ Run it:  python examples/wordcount.py
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
+import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -47,22 +50,36 @@ SENTENCES = [
 
 class SentenceSpout(Spout):
     """Emits ``total`` sentences (shared out among its tasks), each with a message id; a
-    sentence that fails is queued and emitted again. Says ``exhausted`` when all are out."""
+    sentence that fails is queued and emitted again. Says ``exhausted`` when all are out.
+
+    ``total=None`` never runs out, so the topology runs until it is stopped: what a tour of the
+    web page or of a detached run needs (``configs/wordcount_endless.yaml``). ``per_sec`` paces
+    each task to that many new sentences a second (replays come on top), so that an endless run
+    leaves the machine to the rest: unpaced, one task emits as fast as the bolts keep up."""
 
     outputs = ["sentence"]
 
-    def __init__(self, total: int = 10_000) -> None:
+    def __init__(self, total: int | None = 10_000, per_sec: float | None = None) -> None:
         self.total = total
+        self.per_sec = per_sec
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         tasks = context.get_component_tasks(context.this_component_id)
         index = tasks.index(context.this_task_id)
-        self._ids = iter(range(index, self.total, len(tasks)))
+        ids = itertools.count(index, len(tasks)) if self.total is None else range(index, self.total, len(tasks))
+        self._ids: Iterator[int] = iter(ids)
         self._replay: deque[int] = deque()
         self._collector = collector
+        self._started, self._sent = time.monotonic(), 0
 
     def next_tuple(self) -> None:
-        msg_id = self._replay.popleft() if self._replay else next(self._ids, None)
+        if self._replay:
+            msg_id: int | None = self._replay.popleft()
+        elif self.per_sec and self._sent >= (time.monotonic() - self._started) * self.per_sec:
+            return  # ahead of the pace: the task sleeps a little before asking again
+        else:
+            msg_id = next(self._ids, None)
+            self._sent += 1
         if msg_id is None:
             self._collector.exhausted()
             return
