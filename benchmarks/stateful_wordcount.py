@@ -2,14 +2,16 @@
 checkpoint costs the state providers. Not a test: run it on a quiet machine.
 
     python benchmarks/stateful_wordcount.py [--sentences N] [--rounds 3] [--providers sqlite redis]
+                                            [--exactly-once sqlite]
 
 Topology (every run): sentences -> split (shuffle) -> count (fields on word), one task each, one
 acker, every other setting at its default (``Config()``: the default pending budget and
 checkpoint interval), so the figures say what a user gets without tuning. ``count`` is
 ``examples.wordcount.WordCount`` (a ``BasicBolt``, counts in a dict) for the plain run and
 ``examples.stateful_wordcount.StatefulWordCount`` (counts in a ``KeyValueState``, acks deferred
-to the commit) for each provider. Rounds alternate their order; each ratio is the median of the
-rounds' ratios of runs made one after the other.
+to the commit) for each provider, and with ``--exactly-once P`` the same stateful count with
+``processing_guarantee="exactly_once"`` on provider P (its spout can ``seek``). Rounds alternate
+their order; each ratio is the median of the rounds' ratios of runs made one after the other.
 
 The commit part stages and commits N changed keys (word -> int) to each provider, directly,
 and reports the p50/p99 of the whole checkpoint (stage + commit) and the bytes of pickled keys
@@ -48,16 +50,34 @@ def provider_settings(provider: str, state_dir: str) -> dict[str, Any]:
     return {"state_provider": provider}
 
 
+class SeekableBenchSpout(BenchSpout):
+    """``BenchSpout`` that can go back: it stands at the next sentence to emit."""
+
+    def position(self) -> int:
+        return self.sent
+
+    def seek(self, position: int) -> None:
+        self.sent = position
+
+
+EXACTLY_ONCE = "+eo"
+"""Suffix of a configuration that runs its provider exactly-once (``sqlite+eo``)."""
+
+
 def run(
-    cluster: LocalCluster, sentences: int, provider: str | None, state_dir: str, settings: dict[str, Any]
+    cluster: LocalCluster, sentences: int, configuration: str | None, state_dir: str, settings: dict[str, Any]
 ) -> dict[str, Any]:
+    provider = configuration.removesuffix(EXACTLY_ONCE) if configuration else None
+    exactly_once = bool(configuration and configuration.endswith(EXACTLY_ONCE))
     builder = TopologyBuilder()
-    builder.set_spout("sentences", BenchSpout(sentences))
+    builder.set_spout("sentences", SeekableBenchSpout(sentences))
     builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
     count = StatefulWordCount() if provider else WordCount()
     builder.set_bolt("count", count).fields_grouping("split", ["word"])
-    name = f"bench-{provider or 'plain'}-{uuid.uuid4().hex[:8]}"  # fresh state every run
+    name = f"bench-{(configuration or 'plain').replace('+', '-')}-{uuid.uuid4().hex[:8]}"  # fresh state every run
     conf = Config.of({**settings, **(provider_settings(provider, state_dir) if provider else {})})
+    if exactly_once:
+        conf = conf.merged({"processing_guarantee": "exactly_once"})
     handle = cluster.submit_topology(name, conf, builder.create_topology(), active=False)
     started = time.perf_counter()
     handle.activate()
@@ -102,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
+    parser.add_argument(
+        "--exactly-once", nargs="*", default=[], metavar="PROVIDER", help="also run these providers exactly-once"
+    )
     parser.add_argument("--skip-topology", action="store_true", help="only the checkpoint costs")
     parser.add_argument("--config", default="{}", help="settings for every run, as JSON (default: none)")
     args = parser.parse_args(argv)
@@ -120,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_topology:
         return 0
 
-    configurations: list[str | None] = [None, *args.providers]
+    configurations: list[str | None] = [None, *args.providers, *(p + EXACTLY_ONCE for p in args.exactly_once)]
     runs: dict[str | None, list[dict[str, Any]]] = {c: [] for c in configurations}
     with LocalCluster() as cluster:
         settings = json.loads(args.config)

@@ -166,6 +166,7 @@ RESERVED_NAMES = frozenset(
     + ("calls_in",)
     + ("calls_out", "pending", "timed_out", "exhausted", "finished", "capacity", "restarts", "alive", "pid")
     + ("node_id", "component", "complete_latency_ms", "process_latency_ms", "execute_latency_ms")
+    + ("checkpoint_latency_ms",)
     + ("sizes", "batch_size")
 )
 """Keys of a snapshot or of a component's summary: an own counter may not take one of them."""
@@ -187,7 +188,7 @@ def merge(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
         out[name] = sum(s.get(name, 0) for s in snapshots)
     errors = [s["last_error"] for s in snapshots if s["last_error"]]
     out["last_error"] = errors[-1] if errors else None
-    for name in LATENCIES.get(kind, ()):
+    for name in dict.fromkeys([*LATENCIES.get(kind, ()), *(n for s in snapshots for n in s["latencies"])]):
         out[name] = _summary([s["latencies"].get(name, {"recent": [], "total": 0.0, "count": 0}) for s in snapshots])
     for name in dict.fromkeys(n for s in snapshots for n in s.get("sizes", ())):  # a batch bolt's batch_size
         out[name] = _summary([s["sizes"][name] for s in snapshots if name in s.get("sizes", ())], scale=1.0)

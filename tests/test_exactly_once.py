@@ -229,3 +229,10 @@ def _count() -> Bolt:
     from .exactly_once_components import Count
 
     return Count()
+
+
+def test_the_checkpoint_spout_reports_how_long_checkpoints_take() -> None:
+    result = complete_topology(wordcount(30), EXACTLY_ONCE.merged({"max_spout_pending": 5}))
+    checkpointer = result.metrics()["__checkpoint"]
+    assert checkpointer["checkpoints"] >= 1
+    assert checkpointer["checkpoint_latency_ms"]["p99"] > 0

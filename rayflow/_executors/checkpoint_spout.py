@@ -1,5 +1,7 @@
 """The checkpoint spout's task: a spout task that also runs the checkpoint interval and takes
-requests for an early checkpoint (the protocol: ``_state/checkpoint.py``)."""
+requests for an early checkpoint (the protocol: ``_state/checkpoint.py``). Its metrics add
+``checkpoint_latency_ms``: from a checkpoint's PREPARE to its COMMIT having been acted on by
+every task."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class CheckpointSpoutExecutor(SpoutExecutor):
         super().__init__(*args, **kwargs)
         self.spout: CheckpointSpout
         self._checkpointer = None
+        self._took = self.metrics.latency("checkpoint_latency_ms")
         self._spout_tasks: list[int] = []
         """Exactly-once: the spout tasks every step goes through (``_exactly_once``)."""
         if exactly_once(self.conf):
@@ -72,6 +75,11 @@ class CheckpointSpoutExecutor(SpoutExecutor):
         return []
 
     def snapshot(self) -> dict[str, Any]:
+        took = getattr(self.spout, "took", None)
+        if took:
+            for seconds in took:
+                self._took.add(seconds)
+            took.clear()
         snap = super().snapshot()
         snap.update(checkpoints=getattr(self.spout, "commits", 0), rollbacks=getattr(self.spout, "rollbacks", 0))
         return snap

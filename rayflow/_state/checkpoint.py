@@ -36,6 +36,7 @@ task is initialized within a checkpoint interval or two.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from .._collectors import SpoutOutputCollector
@@ -93,6 +94,10 @@ class CheckpointSpout(Spout):
         self.commits = 0
         self.rollbacks = 0
         self.exactly_once = conf.get("processing_guarantee") == "exactly_once"
+        self.took: list[float] = []
+        """Seconds from each PREPARE to its COMMIT being acted on everywhere, for the metrics
+        (the executor takes them)."""
+        self._prepared_at = 0.0
         self.rollback_due = False
         """Exactly-once: something failed since the last commit; roll back before going on."""
         self._load()
@@ -142,6 +147,7 @@ class CheckpointSpout(Spout):
             self._emit(self.txid, action)
         elif self.due and self._persist(self.txid + 1, PREPARING):
             self.due = False
+            self._prepared_at = time.perf_counter()
             self._emit(self.txid, PREPARE)
 
     # -- driven by the executor -----------------------------------------------------------------
@@ -194,6 +200,9 @@ class CheckpointSpout(Spout):
         if action == COMMIT:
             if self._persist(txid, COMMITTED):
                 self.commits += 1
+                if self._prepared_at:
+                    self.took.append(time.perf_counter() - self._prepared_at)
+                    self._prepared_at = 0.0
         elif action == ROLLBACK:
             if self._persist(txid - 1, COMMITTED):
                 logger.warning("checkpoint spout: transaction %d rolled back", txid)
