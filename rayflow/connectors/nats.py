@@ -12,13 +12,24 @@ memory, so nothing is lost when a spout dies:
   counted by the server (``num_delivered``), so a restart does not reset them;
 - a tree still pending (a long one, or one whose timeout a bolt reset with
   ``reset_timeout``: rayflow does not tell a spout of that) is kept from redelivery with
-  ``in_progress`` once it is held for half the consumer's ``ack_wait``;
+  ``in_progress`` once it is held for a quarter to half of the consumer's ``ack_wait``, and
+  again every quarter of it; so is a message waiting in the buffer;
 - the consumer is created when missing (explicit acks, every message of the stream or of
   ``subject``, ``ack_wait`` the topology's message timeout and a quarter, ``max_ack_pending``
-  ``max_spout_pending`` and a quarter); one that exists is used as it is. The stream must exist.
+  ``max_spout_pending`` and a quarter). One that exists is checked (``_checked_consumer``):
+  a push consumer, or one whose ``ack_policy`` is not ``explicit`` (``all`` would settle the
+  messages before a pending tree, ``none`` every message on delivery: both lose messages when
+  a task dies), is refused with an error that says so; its ``ack_wait`` is what the in-progress
+  acks keep to. The stream must exist.
+
+Liveness does not wait for ``next_tuple``: ``upkeep`` (``_upkeep``), every ``UPKEEP_SECS``
+while the pending budget is spent or the spout deactivated too, writes the acks waiting, sends
+the in-progress acks when due, answers the server's ``PING``s, sends its own every
+``PING_INTERVAL_SECS`` (a connection whose ``PING``s go unanswered ``MAX_PINGS_OUT`` times is
+half-open: it is dropped and made again), and takes a new connection once made.
 
 How it stays off the event loop's back and cheap per message: the spout speaks NATS's protocol
-itself (``_nats_wire``, ``_nats_conn``) on the task's own thread, over a socket it reads
+itself (``_nats.wire``, ``_nats.connection``) on the task's own thread, over a socket it reads
 without waiting; no client library, no event loop, no thread per message. While the buffer
 runs low it sends a pull request for ``batch`` messages (JetStream's ``CONSUMER.MSG.NEXT``,
 answered to the connection's inbox; a status message ends it), ``next_tuple`` takes what
@@ -34,14 +45,16 @@ Connecting waits for the server (TCP, TLS, ``CONNECT``, the consumer's info or i
 so it runs on a thread of its own, the first time and after an outage, and ``next_tuple`` only
 looks whether it is done; the connection is the task thread's alone from then on. A lost
 connection, a refused connect, a missing stream are retried with backoff (``_outage``) and
-reported once per outage (``collector.report_error``); a pull request unanswered long after
+reported once per outage (``collector.report_error``), as is a ``-ERR`` (a permissions
+violation, say: the error says which right is missing); a pull request unanswered long after
 its ``expires`` has the consumer looked up, and a server that answers neither is taken for
-gone. Acks not written yet when a connection is lost go out on the next one (a JetStream ack
-may come from any connection); those the lost socket had taken are lost with it, and their
+gone. A pull request ended by a 409 is one of three things (``_conflict``): the consumer busy
+(too many acks pending or pulls waiting, a leader changing: the spout pulls again shortly), a
+pull larger than the consumer allows (``max_batch``: reported once, and the spout pulls that
+many from then on), or a consumer the spout cannot pull from (deleted, push based: an outage,
+reported). Acks not written yet when a connection is lost go out on the next one (a JetStream
+ack may come from any connection); those the lost socket had taken are lost with it, and their
 messages come again after ``ack_wait`` (at-least-once). Messages in the buffer stay there.
-The socket is read by ``next_tuple`` only: a spout deactivated for longer than the server's
-ping allowance (two ``ping_interval``s, four minutes by default) finds its connection closed
-when it is activated again, and connects again (reported as an outage).
 
 URLs: ``nats://`` or ``tls://`` (always TLS: ``ssl.create_default_context()``, the host name
 checked, ``SSL_CERT_FILE`` for a private CA; a ``nats://`` server that requires TLS gets it
@@ -64,9 +77,11 @@ from .._context import TopologyContext
 from .._errors import ConfigError
 from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
+from ._errors import BrokerError
 from ._nats.connection import API_SID, PULL_SID, Connection, api_answer, connect
-from ._nats.wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, status
+from ._nats.wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, refusal, status
 from ._outage import Outage
+from ._upkeep import Upkeep
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["MESSAGE_FIELDS", "NatsJetStreamSpout"]
@@ -96,8 +111,15 @@ CONFLICT_PAUSE_SECS = 0.01
 """After a pull request ended in a conflict (409: too many acks pending, say), the next one waits
 this long: asking again at once would only get the same answer."""
 OVER = (404, 408, 409)
-"""Statuses that end a pull request and are no fault: no messages (404), ``expires`` reached
-(408), and the conflicts (409) a request can meet, such as too many acks pending."""
+"""Statuses that end a pull request: no messages (404), ``expires`` reached (408), a conflict
+(409: ``_conflict`` tells the harmless from the stalls)."""
+BUSY = ("exceeded maxackpending", "exceeded maxwaiting", "leadership change", "server shutdown", "batch completed")
+"""How the 409s start that only say the consumer is busy now (acks pending up to its
+``max_ack_pending``, too many pulls waiting, a new leader, a server going): pulling again
+shortly is right."""
+TOO_LARGE = "exceeded maxrequestbatch"
+"""A 409 that says a pull asks for more messages than the consumer's ``max_batch``: the same
+request would stall for ever."""
 HEARTBEAT = 100
 ACK_WAIT_SLACK = 1.25
 """The ``ack_wait`` of a consumer the spout creates: the topology's message timeout times this,
@@ -109,8 +131,18 @@ SOCKET_TIMEOUT_SECS = 3.0
 """The longest connecting, one API call or one write waits for the server."""
 CLOSE_TIMEOUT_SECS = 5.0
 """The longest ``close`` waits for the server to take what the spout sends last."""
+UPKEEP_SECS = 0.1
+"""How often ``upkeep`` runs: ten times an ack linger, and well inside a quarter of any
+``ack_wait`` the spout accepts (``MIN_ACK_WAIT_SECS``)."""
+MIN_ACK_WAIT_SECS = 1.0
+"""The shortest ``ack_wait`` of an existing consumer the spout accepts: in-progress acks go out
+every quarter of it."""
+PING_INTERVAL_SECS = 5.0
+MAX_PINGS_OUT = 2
+"""The spout ``PING``s the server every ``PING_INTERVAL_SECS``; with this many unanswered the
+connection is taken for half-open (noticed 10 to 15 s after it went), dropped and made again."""
 CONSUMER_NOT_FOUND = 10014
-_BROKEN = (OSError, NatsError, ValueError)
+_BROKEN = (OSError, BrokerError, ValueError)
 """What a connection can fail with: the socket's errors, the server's refusals, and JSON that
 does not parse."""
 
@@ -208,7 +240,10 @@ class NatsJetStreamSpout(Spout):
         """Acks, naks, terms and ``in_progress`` not written yet."""
         self._written_at = time.monotonic()
         self._round_every = self._ack_wait / 4.0
+        """Every quarter of the consumer's ``ack_wait`` (the one the spout would create, until
+        the server says which it has)."""
         self._round_at = time.monotonic() + self._round_every
+        self._ping_at = time.monotonic() + PING_INTERVAL_SECS
         self._active = True
         self.replayed = 0
         """Messages failed and handed back for redelivery (``nak``)."""
@@ -222,7 +257,9 @@ class NatsJetStreamSpout(Spout):
             self._connect, Connection.close, f"rayflow-nats-{self.stream}", due=self._outage.due
         )
         """The connection being made on a thread of its own (the first one too)."""
+        self._upkeep = Upkeep(self.upkeep, UPKEEP_SECS, collector.report_error)
         self._reconnect()
+        self._upkeep.start()
 
     def activate(self) -> None:
         self._active = True
@@ -237,6 +274,7 @@ class NatsJetStreamSpout(Spout):
         the server has it (``CLOSE_TIMEOUT_SECS`` at most), then disconnect; the server
         redelivers the pending trees' messages after ``ack_wait``."""
         self._active = False
+        self._upkeep.stop()
         self._out += [_nak(msg.reply) for msg in self._buffer if msg.reply]
         self._buffer.clear()
         conn, self._conn = self._conn, None
@@ -277,17 +315,10 @@ class NatsJetStreamSpout(Spout):
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
-        conn = self._conn
-        if conn is None:
+        if self._conn is None:
             self._reconnect()
         else:
-            now = time.monotonic()
-            if (self._out or conn.unsent) and now - self._written_at >= ACK_LINGER_SECS:
-                self._write()
-            if now >= self._round_at:
-                self._keep_in_progress(now)
-            if len(self._buffer) < self._fetch:
-                self._receive(now)
+            self._tend(receive=len(self._buffer) < self._fetch)
         buffer = self._buffer
         if not buffer:
             return
@@ -297,6 +328,40 @@ class NatsJetStreamSpout(Spout):
             reply = msg.reply
             emitted[reply] = msg.subject  # type: ignore[index]
             emit(values(msg), msg_id=reply)
+
+    def upkeep(self) -> None:
+        """What keeps the messages held and the connection alive, whether or not ``next_tuple``
+        is called (``_upkeep``); never waits: the acks waiting, the in-progress acks when due,
+        the server's ``PING``s answered and the spout's own sent, pulls while the buffer runs
+        low, a new connection once made."""
+        if self._conn is None:
+            self._reconnect()
+        else:
+            self._tend(receive=True)
+
+    def _tend(self, receive: bool) -> None:
+        conn = self._conn
+        assert conn is not None
+        now = time.monotonic()
+        if (self._out or conn.unsent) and now - self._written_at >= ACK_LINGER_SECS:
+            self._write()
+        if now >= self._round_at:
+            self._keep_in_progress(now)
+        if now >= self._ping_at and self._conn is not None:
+            self._ping(self._conn, now)
+        if receive and self._conn is not None:
+            self._receive(now)
+
+    def _ping(self, conn: Connection, now: float) -> None:
+        self._ping_at = now + PING_INTERVAL_SECS
+        if conn.pings_out >= MAX_PINGS_OUT:
+            waited = PING_INTERVAL_SECS * MAX_PINGS_OUT
+            self._broken(TimeoutError(f"no PONG from the NATS server in {waited:g} s: the connection is half-open"))
+            return
+        try:
+            conn.ping()
+        except _BROKEN as exc:
+            self._broken(exc)
 
     def _receive(self, now: float) -> None:
         """Take the frames that arrived: messages into the buffer, the pull request's end; send
@@ -317,7 +382,7 @@ class NatsJetStreamSpout(Spout):
                         self._looked_up_at = None
                         self._requested = 0  # it exists: the request was lost, ask again
                 elif isinstance(frame, Err):
-                    raise NatsError(f"the server said: {frame.text}")
+                    raise NatsError(f"the NATS server refused what the spout asked: {refusal(frame.text)}")
             if self._requested > 0:
                 if now - self._requested_at > FETCH_WAIT_SECS + REQUEST_SLACK_SECS:
                     self._look_up(conn, now)
@@ -332,12 +397,39 @@ class NatsJetStreamSpout(Spout):
         if code == 0:  # a message with headers of its own
             self._buffer.append(msg)
             self._requested -= 1
+        elif code == 409:
+            self._requested = 0
+            self._conflict(description, now)
         elif code in OVER:
             self._requested = 0
-            if code == 409:
-                self._pull_at = now + CONFLICT_PAUSE_SECS
         elif code != HEARTBEAT:
             raise NatsError(f"a pull request ended with status {code} {description}", code)
+
+    def _conflict(self, description: str, now: float) -> None:
+        """A pull request ended in a 409: busy (pull again shortly), too large (pull less,
+        and say so once), or a consumer that cannot serve this spout (raised: an outage)."""
+        said = description.lower()
+        if said.startswith(BUSY):
+            self._pull_at = now + CONFLICT_PAUSE_SECS
+        elif said.startswith(TOO_LARGE) and description.split()[-1].isdigit() and self._conn is not None:
+            allowed = max(1, int(description.split()[-1]))
+            self._fetch = min(self._fetch, allowed)
+            self._pull = self._pull_request(self._conn)
+            self._pull_at = now + CONFLICT_PAUSE_SECS
+            self._collector.report_error(
+                BrokerError(
+                    f"{self._outage.where}: consumer {self.durable!r} allows pulls of at most {allowed} messages "
+                    f"(its max_batch; the server said {description!r}): the spout pulls {self._fetch} at a time "
+                    "from now on. Raise the consumer's max_batch, or lower the spout's batch"
+                )
+            )
+        else:
+            raise NatsError(
+                f"consumer {self.durable!r} of stream {self.stream!r} cannot be pulled from: 409 {description} "
+                "(a deleted consumer is made again; a push consumer must be replaced by a pull consumer, or "
+                "the spout given another durable name)",
+                409,
+            )
 
     def _look_up(self, conn: Connection, now: float) -> None:
         """The pull request is long overdue: is the consumer there (its answer: ``_receive``)?
@@ -417,21 +509,30 @@ class NatsJetStreamSpout(Spout):
         if conn is None:
             return
         self._conn = conn
-        request = {"batch": self._fetch, "expires": int(FETCH_WAIT_SECS * 1e9)}
-        self._pull = pub(
-            f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}", json.dumps(request).encode(), conn.pull_inbox
-        )
+        self._pull = self._pull_request(conn)
+        ack_wait = float(conn.consumer.get("ack_wait") or 0) / 1e9
+        if ack_wait:
+            now = time.monotonic()
+            self._round_every = ack_wait / 4.0
+            self._round_at = min(self._round_at, now + self._round_every)
         self._requested = 0
         self._looked_up_at = None
+        self._ping_at = time.monotonic() + PING_INTERVAL_SECS
         self._outage.recovered()
         self._write()
+
+    def _pull_request(self, conn: Connection) -> bytes:
+        request = {"batch": self._fetch, "expires": int(FETCH_WAIT_SECS * 1e9)}
+        return pub(
+            f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}", json.dumps(request).encode(), conn.pull_inbox
+        )
 
     def _connect(self) -> Connection:
         """Connect and make sure the consumer exists (on the connector's thread: it waits)."""
         conn = connect(self.url, SOCKET_TIMEOUT_SECS)
         try:
             try:
-                conn.request(f"$JS.API.CONSUMER.INFO.{self.stream}.{self.durable}")
+                info = conn.request(f"$JS.API.CONSUMER.INFO.{self.stream}.{self.durable}")
             except NatsError as exc:
                 if exc.code != CONSUMER_NOT_FOUND:
                     raise
@@ -445,14 +546,37 @@ class NatsJetStreamSpout(Spout):
                 }
                 if self.subject is not None:
                     config["filter_subject"] = self.subject
-                conn.request(
+                info = conn.request(
                     f"$JS.API.CONSUMER.DURABLE.CREATE.{self.stream}.{self.durable}",
                     {"stream_name": self.stream, "config": config},
                 )
+            conn.consumer = self._checked_consumer(info.get("config") or {})
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _checked_consumer(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The consumer's config, if the spout can keep at-least-once with it; else a
+        ``NatsError`` that says what is wrong and what to do."""
+        name = f"consumer {self.durable!r} of stream {self.stream!r}"
+        fix = "Delete it (nats consumer rm) for the spout to create one with explicit acks, or name another durable"
+        policy = config.get("ack_policy", "explicit")
+        if policy != "explicit":
+            raise NatsError(
+                f"{name} has ack_policy {policy!r}: the spout acks each message when its tree completes, "
+                f"which needs 'explicit' ('all' settles every earlier message with it, 'none' each one on "
+                f"delivery: both lose messages when a task dies). {fix}"
+            )
+        if config.get("deliver_subject"):
+            raise NatsError(f"{name} is a push consumer (deliver_subject set): the spout pulls. {fix}")
+        ack_wait = float(config.get("ack_wait") or 0) / 1e9
+        if ack_wait and ack_wait < MIN_ACK_WAIT_SECS:
+            raise NatsError(
+                f"{name} has an ack_wait of {ack_wait:g} s, under the {MIN_ACK_WAIT_SECS:g} s the spout needs to "
+                f"keep a pending tree's message from redelivery: raise it (nats consumer edit). {fix}"
+            )
+        return config
 
     def _broken(self, exc: BaseException) -> None:
         """The connection failed: drop it and connect again (after the outage's pause). The

@@ -4,10 +4,12 @@ proxy between the spout and the broker)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +90,52 @@ def drive(spout: Any, collector: FakeCollector, until: Callable[[], bool], timeo
         spout.next_tuple()
         time.sleep(0.001)
     return until()
+
+
+def run_starved(
+    spout: Any,
+    *,
+    messages: int,
+    max_pending: int,
+    ack_every: float,
+    conf: dict[str, Any] | None = None,
+    timeout: float = 90.0,
+) -> tuple[Counter[Any], FakeCollector]:
+    """Drive ``spout`` as its task does, on an asyncio event loop (a task actor's spout runs on
+    one, and so does its ``upkeep``): ``next_tuple`` only while fewer than ``max_pending``
+    trees are pending, and every pending tree acked only every ``ack_every`` seconds, as by a
+    bolt slower than the broker's patience. Returns how often each first value was emitted,
+    once ``messages`` distinct ones were acked (or ``timeout`` passed), and the collector."""
+
+    async def run() -> tuple[Counter[Any], FakeCollector]:
+        collector = FakeCollector()
+        spout.open({"max_spout_pending": max_pending, **(conf or {})}, context(), collector)
+        spout.activate()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        seen: Counter[Any] = Counter()
+        pending: list[tuple[Any, Any]] = []
+        acked: set[Any] = set()
+        released = loop.time()
+        try:
+            while len(acked) < messages and loop.time() < deadline:
+                if len(pending) < max_pending:
+                    before = len(collector.emitted)
+                    spout.next_tuple()
+                    for values, msg_id in collector.emitted[before:]:
+                        seen[values[0]] += 1
+                        pending.append((values[0], msg_id))
+                if loop.time() - released >= ack_every:
+                    for value, msg_id in pending:
+                        spout.ack(msg_id)
+                        acked.add(value)
+                    pending, released = [], loop.time()
+                await asyncio.sleep(0.01)
+        finally:
+            spout.close()
+        return seen, collector
+
+    return asyncio.run(run())
 
 
 class FailPoison(Bolt):

@@ -1,5 +1,6 @@
 """The broker spouts in running topologies (on the session's Ray): the broker hears of a message
-only when its tree completes, failed trees come back, and the YAML file loads."""
+only when its tree completes, failed trees come back, a bolt slower than the broker's heartbeat
+costs no connection, and the YAML file loads."""
 
 from __future__ import annotations
 
@@ -34,6 +35,27 @@ class FailFirstTime(Bolt):
         else:
             self.seen.add(key)
             self.collector.fail(tup)
+
+
+class SlowAcker(Bolt):
+    """Holds every input, hands its first value to the board, and acks what it holds on each
+    tick (``tick_tuple_freq_secs``): a bolt as slow as its ticks."""
+
+    def __init__(self, board: Any) -> None:
+        self.board = board
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self.held: list[Tuple] = []
+
+    def execute(self, tup: Tuple) -> None:
+        if not tup.is_tick():
+            self.board.add.remote([tup[0]])
+            self.held.append(tup)
+            return
+        released, self.held = self.held, []
+        for held in released:
+            self.collector.ack(held)
 
 
 def spout_metric(handle: Any, key: str) -> int:
@@ -87,6 +109,31 @@ def test_rabbitmq_failed_trees_are_redelivered(ray_cluster: str, queue: str) -> 
     assert eventually(lambda: spout_metric(handle, "acked") == 20)
     assert spout_metric(handle, "failed") == 20
     handle.kill()
+    assert eventually(lambda: rabbit_ready_without_consumers(queue) == 0)
+
+
+def test_rabbitmq_a_bolt_slower_than_the_heartbeat_costs_no_connection(ray_cluster: str, queue: str) -> None:
+    """``?heartbeat=2``, ``max_spout_pending`` 20, a bolt that acks every 5 s: the spout's task
+    calls no ``next_tuple`` while its budget is full, and its upkeep keeps the connection, so
+    each of the 60 messages is processed once, none is requeued, no outage is reported."""
+    import ray
+
+    from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+    bodies = [f"m{i}" for i in range(60)]
+    publish(queue, *bodies)
+    board = Board.remote()
+    builder = TopologyBuilder()
+    builder.set_spout("source", RabbitMQSpout(queue, url=f"{RABBITMQ_URL}?heartbeat=2"))
+    builder.set_bolt("work", SlowAcker(board), config={"tick_tuple_freq_secs": 5}).shuffle_grouping("source")
+    conf = Config(message_timeout_secs=30, max_spout_pending=20)
+    handle = rayflow.submit_topology(unique("topology"), conf, builder.create_topology())
+    try:
+        assert eventually(lambda: spout_metric(handle, "acked") == 60, timeout=90)
+        assert sorted(ray.get(board.all.remote())) == sorted(bodies)
+        assert spout_metric(handle, "errors") == 0
+    finally:
+        handle.kill()
     assert eventually(lambda: rabbit_ready_without_consumers(queue) == 0)
 
 

@@ -10,10 +10,15 @@ pull inbox (sid ``PULL_SID``) and its API inbox (sid ``API_SID``). ``request`` t
 JetStream API call and waits for its JSON answer, still on the connecting thread.
 
 From then on the socket is read and written without waiting: ``receive`` takes the frames that
-arrived (the server's ``PING``s answered), ``send`` writes what the socket takes and keeps the
-rest for the next ``send``. (A blocking write stalled the task whenever the server read acks
-slower than they came.) Only ``MAX_UNSENT`` bytes waiting make ``send`` wait, ``timeout`` at
-most: a server that reads nothing is then taken for gone.
+arrived (the server's ``PING``s answered, its ``PONG``s counted), ``send`` writes what the socket
+takes and keeps the rest for the next ``send``. (A blocking write stalled the task whenever the
+server read acks slower than they came.) Only ``MAX_UNSENT`` bytes waiting make ``send`` wait,
+``timeout`` at most: a server that reads nothing is then taken for gone. ``ping`` sends the
+client's own ``PING``: ``pings_out`` says how many the server has not answered yet, which is how
+a half-open connection (the server or the network gone without a word) is noticed.
+
+A ``-ERR`` while waiting for an answer raises ``NatsError`` with the server's words, not a
+timeout: a permissions violation says so at once.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .wire import PING, Err, Frame, Info, Message, NatsError, parse, pub
+from .wire import PING, PONG, Err, Frame, Info, Message, NatsError, parse, pub, refusal
 
 __all__ = ["API_SID", "PULL_SID", "Connection", "connect"]
 
@@ -58,7 +63,7 @@ def connect(url: str, timeout: float) -> Connection:
         conn.send(_connect_command(parts.username, parts.password, options) + b"PING\r\n")
         refused = conn.wait_for(lambda frame: frame == "PONG" or isinstance(frame, Err), timeout)
         if isinstance(refused, Err):
-            raise NatsError(f"the server refused the connection: {refused.text}")
+            raise NatsError(f"the NATS server refused the connection: {refusal(refused.text)}")
         inbox = f"_INBOX.{secrets.token_hex(11)}"
         conn.pull_inbox, conn.api_inbox = f"{inbox}.pull", f"{inbox}.api"
         conn.send(f"SUB {conn.pull_inbox} {PULL_SID}\r\nSUB {conn.api_inbox} {API_SID}\r\n".encode())
@@ -95,6 +100,10 @@ class Connection:
         self.timeout = timeout
         self.pull_inbox = ""
         self.api_inbox = ""
+        self.consumer: dict[str, Any] = {}
+        """The JetStream consumer's config as the server gave it (``connect``'s caller sets it)."""
+        self.pings_out = 0
+        """``PING``s sent by ``ping`` and not answered yet."""
         self._buf = b""
         self._pos = 0
         self._frames: list[Frame] = []
@@ -139,10 +148,19 @@ class Connection:
         if not frames:
             return frames
         self._frames = []
-        if PING in frames:
-            self.send(b"PONG\r\n")
-            frames = [frame for frame in frames if frame != PING]
+        controls = [frame for frame in frames if frame.__class__ is str]
+        if controls:
+            if PONG in controls:
+                self.pings_out = 0
+            if PING in controls:
+                self.send(b"PONG\r\n")
+                frames = [frame for frame in frames if frame != PING]
         return frames
+
+    def ping(self) -> None:
+        """Send a ``PING`` (its ``PONG`` resets ``pings_out``), without waiting."""
+        self.pings_out += 1
+        self.send(b"PING\r\n")
 
     def send(self, data: bytes) -> None:
         """Write ``data`` after what waits unsent, as much as the socket takes now; the rest
@@ -170,14 +188,17 @@ class Connection:
 
     def wait_for(self, wanted: Any, timeout: float) -> Frame:
         """Write what waits, then read until a frame for which ``wanted(frame)`` holds arrives
-        (``timeout`` at most); the frames of the same read after it are dropped. It waits: for
-        the connecting thread, and for the spout's ``close``."""
+        (``timeout`` at most); the frames of the same read after it are dropped. A ``-ERR``
+        that is not wanted raises ``NatsError``. It waits: for the connecting thread, and for
+        the spout's ``close``."""
         deadline = time.monotonic() + timeout
         self.flush()
         while True:
             for frame in self.receive():
                 if wanted(frame):
                     return frame
+                if isinstance(frame, Err):
+                    raise NatsError(f"the NATS server refused what was asked: {refusal(frame.text)}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no answer from the NATS server in {timeout:g} s")

@@ -43,6 +43,7 @@ __all__ = [
     "header_fields",
     "parse",
     "pub",
+    "refusal",
     "status",
 ]
 
@@ -133,6 +134,19 @@ def parse(buf: bytes, pos: int, out: list[Frame]) -> int:
         else:
             raise NatsError(f"a line outside the NATS protocol: {bytes(line)[:200]!r}")
     return pos
+
+
+def refusal(text: str) -> str:
+    """A ``-ERR``'s text, with what to check when the server refused the client's rights."""
+    lowered = text.lower()
+    if lowered.startswith("permissions violation"):
+        return (
+            f"{text} (the URL's user lacks a permission the spout needs: publish to $JS.API.> and to "
+            "$JS.ACK.>, subscribe to _INBOX.>)"
+        )
+    if lowered.startswith(("authorization violation", "user authentication")):
+        return f"{text} (check the URL's user and password, or token)"
+    return text
 
 
 def pub(subject: str, payload: bytes = b"", reply: str | None = None) -> bytes:
