@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from ._groupings import (
     PartialKeyGrouping,
     ShuffleGrouping,
 )
+from ._resources import Resources, beside_problems
 from ._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, CheckpointSpout
 from ._tuple import DEFAULT_STREAM
 from ._windows.bolt import LATE_TUPLE_FIELD, WindowedBolt
@@ -60,6 +61,9 @@ class ComponentSpec:
     config: dict[str, Any]
     inputs: list[Subscription] = field(default_factory=list)
     streams: dict[str, StreamDeclaration] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)
+    """Ray's actor options for each task, as given (``rayflow/_resources.py``); checked by
+    ``create_topology``, read by the runtime as ``Resources.of(spec.resources)``."""
 
     @property
     def is_spout(self) -> bool:
@@ -184,13 +188,24 @@ class TopologyBuilder:
         self._specs: dict[str, ComponentSpec] = {}
         self._problems: list[str] = []
 
-    def set_spout(self, id: str, spout: Spout, parallelism: int = 1, *, config: dict[str, Any] | None = None) -> None:
+    def set_spout(
+        self,
+        id: str,
+        spout: Spout,
+        parallelism: int = 1,
+        *,
+        config: dict[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
+    ) -> None:
         """Add a spout run by ``parallelism`` tasks, each on its own (pickled) copy of ``spout``;
-        ``config`` is this component's config (e.g. ``tick_tuple_freq_secs``). Problems are
-        reported by ``create_topology``."""
+        ``config`` is this component's config (e.g. ``tick_tuple_freq_secs``). ``resources``
+        are Ray's actor options for each task, spelled as Ray spells them (``num_cpus``,
+        ``num_gpus``, ``memory`` in bytes, ``resources``, ``accelerator_type``, ``runtime_env``,
+        ``scheduling_strategy``) plus rayflow's ``beside`` (docs/cluster.md); a task keeps them
+        when it is restarted. Problems are reported by ``create_topology``."""
         if not isinstance(spout, Spout):
             self._problems.append(_not_a("spout", id, spout, "rayflow.Spout"))
-        self._add(ComponentSpec(id, spout, parallelism, dict(config or {})))
+        self._add(ComponentSpec(id, spout, parallelism, dict(config or {}), resources=self._resources(id, resources)))
 
     def set_bolt(
         self,
@@ -199,14 +214,22 @@ class TopologyBuilder:
         parallelism: int = 1,
         *,
         config: dict[str, Any] | None = None,
+        resources: Mapping[str, Any] | None = None,
     ) -> BoltDeclarer:
         """Add a bolt run by ``parallelism`` tasks, each on its own (pickled) copy of ``bolt``;
-        subscribe it to streams through the ``BoltDeclarer`` returned."""
+        subscribe it to streams through the ``BoltDeclarer`` returned. ``config`` and
+        ``resources`` as for ``set_spout``."""
         if not isinstance(bolt, (Bolt, BasicBolt, BatchBolt, WindowedBolt)):
             self._problems.append(_not_a("bolt", id, bolt, "rayflow.Bolt or rayflow.BasicBolt"))
-        spec = ComponentSpec(id, bolt, parallelism, dict(config or {}))
+        spec = ComponentSpec(id, bolt, parallelism, dict(config or {}), resources=self._resources(id, resources))
         self._add(spec)
         return BoltDeclarer(spec)
+
+    def _resources(self, id: str, resources: Mapping[str, Any] | None) -> dict[str, Any]:
+        if resources is not None and not isinstance(resources, Mapping):
+            self._problems.append(f"component {id!r}: resources must be a dict of Ray actor options, got {resources!r}")
+            return {}
+        return dict(resources or {})
 
     def _add(self, spec: ComponentSpec) -> None:
         if not isinstance(spec.id, str) or not spec.id:
@@ -242,6 +265,7 @@ class TopologyBuilder:
                 problems += check_windowed_bolt(spec, checked)
             if isinstance(spec.component, BatchBolt):
                 problems += [f"bolt {spec.id!r}: {p}" for p in batch_problems(spec.component)]
+        problems += beside_problems({cid: (_kind(spec), _beside(spec)) for cid, spec in checked.items()})
         if problems:
             raise TopologyError(problems)
         topology = Topology(specs)
@@ -270,9 +294,20 @@ def _add_checkpointing(topology: Topology) -> None:
         bolt.inputs = bolt.inputs + [Subscription(s, CHECKPOINT_STREAM, AllGrouping()) for s in sources]
 
 
+def _kind(spec: ComponentSpec) -> str:
+    return "spout" if spec.is_spout else "bolt"
+
+
+def _beside(spec: ComponentSpec) -> str | None:
+    """The component ``spec`` asks to start beside, if it names one (a bad value is reported
+    by ``_check_component``)."""
+    other = spec.resources.get("beside")
+    return other if isinstance(other, str) and other else None
+
+
 def _check_component(spec: ComponentSpec) -> list[str]:
-    kind = "spout" if spec.is_spout else "bolt"
-    problems = []
+    kind = _kind(spec)
+    problems = [f"{kind} {spec.id!r}: resources.{p}" for p in Resources.problems(spec.resources)]
     if isinstance(spec.parallelism, bool) or not isinstance(spec.parallelism, int) or spec.parallelism < 1:
         problems.append(f"{kind} {spec.id!r}: parallelism must be an integer >= 1, got {spec.parallelism!r}")
     try:

@@ -10,15 +10,22 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+SESSION_GPUS = 2
+SESSION_RESOURCES = {"reader": 1.0}
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
-    """Start Ray once; yields the GCS address (for subprocesses that join with --address)."""
+    """Start Ray once; yields the GCS address (for subprocesses that join with --address).
+
+    Its node has two logical GPUs and one ``reader`` (a custom resource) besides its two CPUs,
+    so that components asking for them can be placed without a GPU (``tests/test_resources.py``);
+    a task that asks for nothing is given neither."""
     import ray
 
     from rayflow._runtime.cluster import local_ray_options
 
-    ray.init(**local_ray_options(2))
+    ray.init(**local_ray_options(2), num_gpus=SESSION_GPUS, resources=dict(SESSION_RESOURCES))
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -121,7 +121,7 @@ def submit_topology(
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
-    placement = Placement(topology, config, layout)
+    placement = Placement(name, topology, config, layout)
     placement.check()  # what the cluster can never hold is refused before anything starts
     control = reserve(name, len(layout), config.message_timeout_secs)  # refuses a name that runs already
     shared = ray.put(topology)

@@ -23,6 +23,12 @@ made again, so one task that cannot be placed -- every task of a lost node dies 
 never holds up the others. A task started while another restart was under way may have been
 told a peer's old address: when it joins, it is told every address that changed meanwhile.
 
+A task Ray cannot place for want of resources (taken, or a node an autoscaler is still
+adding) is not stuck: while Ray reports its request as pending demand (``Placement.waiting``)
+its attempt's bound is extended, not spent, so the actor waits in Ray's queue instead of being
+killed and asked for again. Tasks that were still waiting so when the topology started are
+handed over the same way (``adopt``): their start is completed like a restart's.
+
 What the dead task held is lost: tuples queued in it, its pending trees, an acker's ledger.
 Those trees fail by timeout at their spouts and are replayed -- the at-least-once promise needs
 nothing more. A task that dies again soon after starting is restarted after a growing pause,
@@ -63,6 +69,7 @@ from ray.exceptions import ActorUnavailableError
 
 from .._topology import ACKER_COMPONENT
 from . import ray_calls
+from .placement import Placement
 from .streams import Address
 from .task_logs import LogBatch, replay
 
@@ -111,6 +118,10 @@ class Restart:
     address: Address | None = None
     told: dict[int, Address] = field(default_factory=dict)
     """The peers' addresses the new actor was given at ``connect``."""
+    first: bool = False
+    """The task's first start (``adopt``), not a restart."""
+    waited: bool = False
+    """Ray reported this attempt waiting for resources (said once in the log)."""
 
 
 @dataclass
@@ -139,6 +150,7 @@ class Supervisor:
         make_actor: Callable[[int], Any],
         is_spout: Callable[[int], bool],
         max_restarts: int,
+        placement: Placement | None = None,
     ) -> None:
         self.name = name
         self._layout = layout
@@ -148,10 +160,14 @@ class Supervisor:
         self._make_actor = make_actor
         self._is_spout = is_spout
         self._max_restarts = max_restarts
+        self.placement = placement
+        """What each task asks of the cluster, and which wait for it (``None``: not known)."""
         self.restarts = dict.fromkeys(layout, 0)
         self.dead: dict[int, str] = {}
         """Tasks dead now (restarting, or given up on), with the cause."""
         self.given_up: set[int] = set()
+        self.unstarted: set[int] = set()
+        """Tasks never started yet: Ray is still placing them (``adopt``)."""
         self.active = False
         self._started_at = dict.fromkeys(layout, time.monotonic())
         self._backoff = dict.fromkeys(layout, BACKOFF_SECS[0])
@@ -176,6 +192,38 @@ class Supervisor:
             self._lifelines[ray_calls.call(actor.lifeline)] = task
             self._ask_for_logs(task, actor)
         self._thread.start()
+
+    def adopt(self, task: int, actor: Any, listen: Any) -> None:
+        """Complete the start of ``task``, whose ``actor`` Ray is still placing for want of
+        resources when the topology starts (``listen``: its pending call), as a restart's:
+        connect it once it listens, then point its peers at it. Call before ``start``."""
+        now = time.monotonic()
+        cause = "not started yet: waiting for resources"
+        self._restarting[task] = Restart(
+            task, cause, now, actor, listen, "listening", now + ATTEMPT_SECS, now, first=True, waited=True
+        )
+        self._restart_calls[listen] = task
+        with self._lock:
+            self.dead[task] = cause
+            self.unstarted.add(task)
+
+    def task_states(self, answered: set[int]) -> dict[int, str]:
+        """Each task's state for ``task_metrics`` (``answered``: the tasks that answered just now)."""
+        with self._lock:
+            given_up, unstarted, dead = set(self.given_up), set(self.unstarted), set(self.dead)
+        starting = dead - given_up
+        waiting = self.placement.waiting(starting) if self.placement is not None and starting else set()
+        states = {}
+        for task in self._layout:
+            if task in given_up:
+                states[task] = "given up"
+            elif task in waiting:
+                states[task] = "waiting for resources"
+            elif task in dead:
+                states[task] = "starting" if task in unstarted else "restarting"
+            else:
+                states[task] = "running" if task in answered else "not answering"
+        return states
 
     def stop(self) -> None:
         """Restart nothing from now on (the topology is being killed, or Ray shut down); the
@@ -271,7 +319,24 @@ class Supervisor:
             if restart.phase == "waiting" and restart.due <= now:
                 self._attempt(restart)
             elif restart.phase != "waiting" and restart.deadline <= now:
-                self._failed(restart, f"not started within {ATTEMPT_SECS:.0f} s ({restart.phase})")
+                self._overdue(restart, now)
+
+    def _overdue(self, restart: Restart, now: float) -> None:
+        """An attempt took longer than its bound: try again, unless Ray says the actor waits
+        for resources -- a fresh actor would only queue behind it."""
+        placement = self.placement
+        if restart.phase == "listening" and placement is not None and placement.waiting([restart.task]):
+            restart.deadline = now + ATTEMPT_SECS
+            if not restart.waited:
+                restart.waited = True
+                logger.warning(
+                    "topology %r: %s waits for resources (%s): Ray places it when a node has them",
+                    self.name,
+                    self.describe(restart.task),
+                    ", ".join(f"{k} {v:g}" for k, v in sorted(placement.request(restart.task).items())),
+                )
+            return
+        self._failed(restart, f"not started within {ATTEMPT_SECS:.0f} s ({restart.phase})")
 
     def _waiting(self) -> list[Restart]:
         return [r for r in self._restarting.values() if r.phase == "waiting"]
@@ -382,6 +447,7 @@ class Supervisor:
             self.nodes[task] = restart.node
             self.addresses[task] = restart.address
             self.dead.pop(task, None)
+            self.unstarted.discard(task)
             moved = {t: a for t, a in self.addresses.items() if t != task and restart.told.get(t) != a}
             peers = [(t, p) for t, p in self.actors.items() if t != task and t not in self.dead]
         del self._restarting[task]
@@ -395,6 +461,15 @@ class Supervisor:
             self._send(Notice(task, actor, "give_up", other))
         if self.active and self._is_spout(task):
             ray_calls.call(actor.activate)
+        if restart.first and not self.restarts[task]:
+            logger.warning(
+                "topology %r: %s started on node %s, %.1f s after the rest of the topology",
+                self.name,
+                self.describe(task),
+                restart.node[:8],
+                time.monotonic() - restart.started,
+            )
+            return
         logger.warning(
             "topology %r: %s restarted on node %s in %.1f s (restart %d)",
             self.name,

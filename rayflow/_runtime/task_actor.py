@@ -78,6 +78,8 @@ class TaskActor:
         self._flushed = 0.0
         self._control_linger = 0.0
         self._node_id = ray.get_runtime_context().get_node_id()
+        self._gpu_ids = list(ray.get_gpu_ids())
+        """The GPUs Ray gave this actor (its component's ``num_gpus``), for ``task_metrics``."""
         self._log = install()
         """What rayflow logs in this process, kept for the driver (``next_logs``, ``shutdown``)."""
 
@@ -235,6 +237,7 @@ class TaskActor:
     async def metrics(self) -> dict[str, Any]:
         snap = self._executor.snapshot()
         snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid(), node_id=self._node_id)
+        snap["gpu_ids"] = self._gpu_ids
         return snap
 
     async def finished(self) -> bool:

@@ -8,6 +8,7 @@ between two sound components (the builder then sees only the sound part of the t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,6 +55,9 @@ class _Assembly:
         for section in SECTIONS:
             for node in _items(self.tree, section):
                 self._component(section, node)
+        for section in SECTIONS:
+            for node in _items(self.tree, section):
+                self._check_beside(node)
         for node in _items(self.tree, "streams"):
             self._check_references(node)
         for i, (stream, node) in enumerate(self.streams):
@@ -108,6 +112,25 @@ class _Assembly:
                 setattr(self.instances[cid], key, value)
         self.components[cid] = (section, spec, node)
 
+    def _check_beside(self, node: Node) -> None:
+        """``resources.beside`` must name a component of the file (built or not: one with
+        problems of its own is reported for those)."""
+        resources = node.child("resources")
+        ref = resources.child("beside") if resources is not None else None
+        if ref is None or ref.reported or not isinstance(ref.value, str) or ref.value in self.sections:
+            return
+        known = sorted(self.sections)
+        hint = did_you_mean(ref.value, known)
+        self.problems.append(ref.problem(f"unknown component {ref.value!r}{hint}; components: {', '.join(known)}"))
+
+    def _resources(self, spec: ComponentEntry) -> dict[str, Any]:
+        """The entry's ``resources`` for the builder, without a ``beside`` whose component was
+        not built (that component's problems, or the name's, are reported already)."""
+        beside = spec.resources.get("beside")
+        if isinstance(beside, str) and beside in self.components:
+            return spec.resources
+        return {key: value for key, value in spec.resources.items() if key != "beside"}
+
     def _check_references(self, node: Node) -> None:
         known = sorted(self.sections)
         for key in ("from", "to"):
@@ -150,9 +173,13 @@ class _Assembly:
         declarers: dict[str, BoltDeclarer] = {}
         for cid, (section, spec, _) in self.components.items():
             if section == "spouts":
-                builder.set_spout(cid, self.instances[cid], spec.parallelism, config=spec.config)
+                builder.set_spout(
+                    cid, self.instances[cid], spec.parallelism, config=spec.config, resources=self._resources(spec)
+                )
             else:
-                declarers[cid] = builder.set_bolt(cid, self.instances[cid], spec.parallelism, config=spec.config)
+                declarers[cid] = builder.set_bolt(
+                    cid, self.instances[cid], spec.parallelism, config=spec.config, resources=self._resources(spec)
+                )
         for i, (stream, node) in enumerate(self.streams):
             grouping = stream.grouping
             sound = stream.from_ in self.components and (grouping.type != "custom" or i in self.groupings)
@@ -183,7 +210,11 @@ class _Assembly:
         for cid, (section, _, node) in self.components.items():
             prefix = f"{section[:-1]} {cid!r}: "
             if problem.startswith(prefix):
-                return node.problem(problem[len(prefix) :])
+                rest = problem[len(prefix) :]
+                option = re.match(r"resources\.(\w+): ", rest)  # on the line of that option
+                if option:
+                    return node.problem(rest[option.end() :], ("resources", option.group(1)))
+                return node.problem(rest)
         for cid, (_, _, node) in self.components.items():
             if repr(cid) in problem:
                 return node.problem(problem)

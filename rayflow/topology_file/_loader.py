@@ -25,6 +25,7 @@ from ._document import Node
 from ._errors import Problem, SpecError
 from ._includes import read_tree
 from ._models import TopologySpec
+from ._resources import resources_problems
 from ._validation import validate_node
 
 __all__ = ["LoadedTopology", "load_spec", "load_topology"]
@@ -141,4 +142,5 @@ def _read(
     spec, schema_problems = validate_node(TopologySpec, tree)
     problems += schema_problems
     problems += config_problems(tree)
+    problems += resources_problems(tree)
     return spec, tree, problems

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from .._config import Config
+from .._resources import Resources
 from .._windows.bolt import WindowedBolt
 from .._windows.lengths import Count, Duration, Length
 
@@ -28,6 +29,7 @@ __all__ = [
     "GROUPING_TYPES",
     "ComponentEntry",
     "ConfigMapping",
+    "ResourcesMapping",
     "GroupingSpec",
     "IncludeSpec",
     "LengthSpec",
@@ -59,6 +61,15 @@ ConfigMapping = Annotated[
 """A ``config:`` mapping. The schema only checks it is a mapping; its keys and values are
 ``rayflow.Config``'s to check (the loader asks ``Config.problems`` and puts each on its line).
 Editors get ``Config``'s own JSON Schema for it."""
+
+
+ResourcesMapping = Annotated[
+    dict[str, Any],
+    WithJsonSchema({**Resources.model_json_schema(), "title": "Resources"}),
+]
+"""A component's ``resources:`` mapping, checked like ``config:``: the schema only checks it is a
+mapping, ``rayflow.Resources`` checks its keys and values (the loader puts each problem on its
+line). Editors get ``Resources``' own JSON Schema for it."""
 
 
 class _Spec(BaseModel):
@@ -145,6 +156,9 @@ class ComponentEntry(_Spec):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     parallelism: int = Field(1, ge=1)
     config: ConfigMapping = Field(default_factory=dict, description="per-component config, e.g. tick_tuple_freq_secs")
+    resources: ResourcesMapping = Field(
+        default_factory=dict, description="Ray actor options of each task: num_cpus, num_gpus, memory, resources, ..."
+    )
     window: WindowSpec | None = Field(None, description="a rayflow.WindowedBolt's window")
     batch_size: int | None = Field(None, ge=1, description="a rayflow.BatchBolt's tuples per batch, at most")
     batch_timeout_ms: float | None = Field(
