@@ -125,6 +125,51 @@ class ParquetBatchWriter:
             lambda target: union.write.mode("overwrite").partitionBy(PARTITION).parquet(target),
         )
 
+    # -- staged batches (exactly-once: ``_checkpointed.py``) ----------------------------------------
+    def write_part(self, table: pa.Table, staging: str, part: str) -> None:
+        """Write ``table`` as the file ``part`` of the staging directory ``staging`` (a name in
+        ``path``), as ``write_arrow`` writes a batch's one file."""
+        import pyarrow.parquet as pq
+
+        filesystem, root = self._filesystem()
+        filesystem.create_dir(f"{root}/{staging}", recursive=True)
+        pq.write_table(table, f"{root}/{staging}/{part}", filesystem=filesystem, compression="snappy")
+
+    def seal(self, staging: str) -> None:
+        """Mark the staging directory ``staging`` complete (its ``_SUCCESS``): it may be published."""
+        filesystem, root = self._filesystem()
+        filesystem.create_dir(f"{root}/{staging}", recursive=True)
+        with filesystem.open_output_stream(f"{root}/{staging}/_SUCCESS"):
+            pass
+
+    def sealed(self, staging: str) -> bool:
+        from pyarrow import fs as pafs
+
+        filesystem, root = self._filesystem()
+        found: bool = filesystem.get_file_info(f"{root}/{staging}/_SUCCESS").type != pafs.FileType.NotFound
+        return found
+
+    def publish(self, staging: str, batch_id: int) -> None:
+        """Rename the sealed staging directory ``staging`` into place as batch ``batch_id``,
+        replacing an earlier copy as ``write`` does."""
+        filesystem, root = self._filesystem()
+        name = f"{PARTITION}={batch_id}"
+        _replace(filesystem, f"{root}/{staging}", f"{root}/{name}", f"{root}/_replaced-{name}-{uuid.uuid4().hex[:12]}")
+
+    def discard(self, staging: str) -> None:
+        """Delete the staging directory ``staging``, if there is one."""
+        from pyarrow import fs as pafs
+
+        filesystem, root = self._filesystem()
+        if filesystem.get_file_info(f"{root}/{staging}").type != pafs.FileType.NotFound:
+            filesystem.delete_dir(f"{root}/{staging}")
+
+    def _filesystem(self) -> tuple[Any, str]:
+        from pyarrow import fs as pafs
+
+        filesystem, root = pafs.FileSystem.from_uri(self.path)
+        return filesystem, root.rstrip("/")
+
     def write(self, batch_id: int, produce: Callable[[str], None]) -> str:
         """Make batch ``batch_id`` with ``produce(directory)``, then put it in place; returns
         where it is. If ``produce`` raises, nothing is left behind and an earlier copy stays.

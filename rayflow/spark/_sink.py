@@ -32,6 +32,7 @@ emitting instead of replaying -- and tries again after ``RETRY_SECS``, doubling 
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections import deque
@@ -40,10 +41,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._components import Bolt
 from .._dotted import resolve_function
 from .._errors import ConfigError, RayflowError
 from .._pending import PendingNeed
+from .._sinks import TwoPhaseCommitSink
 from ._session import SparkUnavailableError
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from .._context import TopologyContext
     from .._tuple import Tuple
     from ._arrow import TableBuilder
+    from ._checkpointed import CheckpointRows, StagedBatches, StagedParquet
     from ._parquet import ArrowBatchWriter
 
 __all__ = ["Batch", "Batcher", "DataFrameSink", "ForeachBatchError"]
@@ -140,7 +142,7 @@ class _InFlight:
     """Written on the task's own thread (``write_arrow``), not in Spark."""
 
 
-class DataFrameSink(Bolt):
+class DataFrameSink(TwoPhaseCommitSink["CheckpointRows"]):
     """Writes its input to Spark: every batch of tuples becomes a DataFrame whose columns are the
     input fields, and ``foreach_batch(df, batch_id)`` runs on it in the shared Spark.
 
@@ -186,6 +188,30 @@ class DataFrameSink(Bolt):
       ``metrics()[id]["errors"]`` and the log), holds its tuples with their timeouts reset (the
       spouts stop at their pending budget; nothing is failed or replayed) and tries again after
       5 s, then at most every 60 s.
+
+    Under ``processing_guarantee="exactly_once"`` it commits each checkpoint's rows with the
+    checkpoint, so every row lands exactly once (it is a ``TwoPhaseCommitSink``; what it
+    writes is in ``rayflow/spark/_checkpointed.py``). Each task writes one batch per
+    checkpoint, ``batch_id = txid * 1_000_000 + task`` (the checkpoint's txid, then the task
+    id), and acks each tuple as it takes it:
+
+    - ``write_parquet`` writes the rows as they come, ``batch_rows`` to a file, into a staging
+      directory named by the checkpoint and the task (``_staging-...``, which readers skip);
+      the checkpoint's PREPARE waits for the last file, its COMMIT renames the directory into
+      place as ``batch_id=N``, a rollback deletes it. A checkpoint written again replaces its
+      batch: a row is never published twice.
+    - any other ``foreach_batch`` is called once per checkpoint and task, at the COMMIT, with
+      every row the task received for that checkpoint; the rows are kept in the topology's
+      state provider from the PREPARE on, so a task restarted before its COMMIT still writes
+      them. It never sees rows a rollback voids, but may be called again with the same
+      ``batch_id`` and the same rows (a COMMIT that raised is retried; a task may die within
+      one): it must replace what an earlier call with that ``batch_id`` wrote (Spark's own
+      ``foreachBatch`` contract). Its inputs must all have the same fields.
+
+    A checkpoint waits for its PREPARE (``write_parquet``) or COMMIT (a ``foreach_batch``) to
+    be written, so keep that well under the checkpoint interval. ``batch_secs`` plays no part.
+    A topology started afresh under a name that already wrote to the same path numbers its
+    checkpoints from 1 again, and its batches replace that run's: give it a path of its own.
 
     Keep ``batch_secs`` plus the time a ``foreach_batch`` takes well under the topology's
     ``message_timeout_secs``, or held tuples time out and are replayed (duplicates, not loss).
@@ -293,13 +319,98 @@ class DataFrameSink(Bolt):
         self._retry_at = 0.0
         self._retry_wait = RETRY_SECS
         self._held_reset_at = 0.0
-        self._claim_ids()  # here, not in the first batch: the counter may start (~1 s)
+        self._staged: StagedParquet | StagedBatches | None = None
+        if conf.get("processing_guarantee") == "exactly_once":
+            self._staged = self._staging(conf, context)
+        else:
+            self._claim_ids()  # here, not in the first batch: the counter may start (~1 s)
         if not self._arrow:
             self._connect()  # waits until Spark is up (~25 s the first time)
+
+    def _staging(self, conf: dict[str, Any], context: TopologyContext) -> StagedParquet | StagedBatches:
+        """How this task writes each checkpoint's rows under exactly-once."""
+        from ._checkpointed import StagedBatches, StagedParquet
+        from ._parquet import ParquetBatchWriter
+
+        task = context.this_task_id
+        if isinstance(self._writer, ParquetBatchWriter):
+            return StagedParquet(
+                self._name,
+                task,
+                self.schema,
+                self._writer,
+                self.batch_rows,
+                lambda write: self._thread().submit(write),
+                self._in_spark,
+            )
+        return StagedBatches(self._name, task, self.schema, conf, self._name, self._write_now)
 
     def cleanup(self) -> None:
         if self._writing is not None:
             self._writing.shutdown(wait=False)
+        if self._staged is not None:
+            self._staged.close()
+
+    # -- exactly-once: a transaction per checkpoint (``_checkpointed.py``) ------------------------
+    def begin_transaction(self, txid: int) -> CheckpointRows:
+        return self._exactly_once().begin(txid)
+
+    def invoke(self, transaction: CheckpointRows, tup: Tuple) -> None:
+        self._exactly_once().add(transaction, tup)
+
+    def pre_commit(self, transaction: CheckpointRows) -> None:
+        self._exactly_once().pre_commit(transaction)
+
+    def commit(self, transaction: CheckpointRows) -> None:
+        self._exactly_once().commit(transaction)
+
+    def abort(self, transaction: CheckpointRows) -> None:
+        self._exactly_once().abort(transaction)
+
+    def recover_and_commit(self, txid: int) -> None:
+        self._exactly_once().recover_and_commit(txid)
+
+    def recover_and_abort(self, txid: int) -> None:
+        self._exactly_once().recover_and_abort(txid)
+
+    def _exactly_once(self) -> StagedParquet | StagedBatches:
+        if self._staged is None:
+            raise RayflowError(
+                f"sink {self._name!r}: its transactions run only under processing_guarantee 'exactly_once'"
+            )
+        return self._staged
+
+    def _in_spark(self, fn: Any, table: pa.Table, batch_id: int) -> Future[Any]:
+        """``fn(DataFrame of table, batch_id)`` in the shared Spark, started if need be."""
+        if self._spark is None and not self._connect():
+            raise SparkUnavailableError(f"sink {self._name!r}: the shared Spark is not available (see the errors)")
+        future: Future[Any] = self._spark.foreach_batch.remote(fn, table, batch_id).future()
+        return future
+
+    def _write_now(self, table: pa.Table, batch_id: int) -> None:
+        """Write one batch and wait for it: ``write_arrow`` in this task when the writer takes
+        the table, else ``foreach_batch`` in the shared Spark, given up (and its jobs
+        cancelled) after ``message_timeout_secs``. Raises ``ForeachBatchError`` if it failed."""
+        from ._parquet import arrow_writable
+
+        try:
+            if self._writer is not None and arrow_writable(table.schema):
+                self._writer.write_arrow(table, batch_id)
+                return
+            future = self._in_spark(self.foreach_batch, table, batch_id)
+            try:
+                future.result(timeout=self._deadline_secs)
+            except concurrent.futures.TimeoutError:
+                self._spark.cancel_batch.remote(batch_id)
+                raise ForeachBatchError(
+                    f"batch {batch_id} ({table.num_rows} rows): foreach_batch did not return within "
+                    f"{self._deadline_secs:g} s (message_timeout_secs); its Spark jobs are cancelled and the "
+                    "commit is tried again at the next checkpoint interval"
+                ) from None
+        except (ForeachBatchError, SparkUnavailableError):
+            raise
+        except Exception as exc:
+            raise self._describe(exc, batch_id, table.num_rows, "the commit is tried again") from exc
 
     def execute(self, tup: Tuple) -> None:
         now = time.monotonic()
@@ -451,7 +562,9 @@ class DataFrameSink(Bolt):
             else:
                 for tup in entry.tuples:
                     self._collector.fail(tup)
-                self._collector.report_error(self._describe(error, entry))
+                self._collector.report_error(
+                    self._describe(error, entry.batch_id, len(entry.tuples), "its tuples are failed and replayed")
+                )
         self._sealed.extendleft(reversed(unavailable))
 
     def _overdue(self, entry: _InFlight, now: float) -> bool:
@@ -474,7 +587,7 @@ class DataFrameSink(Bolt):
         if self._spark is not None and not entry.local:
             self._spark.cancel_batch.remote(entry.batch_id)
 
-    def _describe(self, error: BaseException, entry: _InFlight) -> ForeachBatchError:
+    def _describe(self, error: BaseException, batch_id: int, rows: int, outcome: str) -> ForeachBatchError:
         import ray
 
         cause = getattr(error, "cause", None) if isinstance(error, ray.exceptions.RayTaskError) else None
@@ -485,8 +598,6 @@ class DataFrameSink(Bolt):
             cause = cause or error
             text = str(cause).strip().splitlines()
             what = f"foreach_batch raised {type(cause).__name__}: {text[0] if text else ''}"
-        described = ForeachBatchError(
-            f"batch {entry.batch_id} ({len(entry.tuples)} rows) failed, its tuples are failed and replayed: {what}"
-        )
+        described = ForeachBatchError(f"batch {batch_id} ({rows} rows) failed, {outcome}: {what}")
         described.__cause__ = cause or error
         return described

@@ -77,6 +77,10 @@ class DataFrameSpout(Spout):
     an equal share of the rows. Once all its rows are acked, a task is exhausted, so
     ``TopologyHandle.wait()`` returns when every row has been processed.
 
+    It runs exactly-once (``processing_guarantee="exactly_once"``): its position is the index
+    of the next row its task emits, and a rollback seeks back to it. Keep the parallelism when
+    a topology resumes under its name: each task's range of rows follows from it.
+
     Example::
 
         spout = DataFrameSpout("data/sentences.parquet", fields=["id", "sentence"])
@@ -106,6 +110,8 @@ class DataFrameSpout(Spout):
         start = self.total_rows * index // len(tasks)
         stop = self.total_rows * (index + 1) // len(tasks)
         self._collector = collector
+        self._stop = stop
+        self._next_row = start
         self._rows = self._read(start, stop)
         self._pending: dict[int, list[Any]] = {}
         self._replay: deque[int] = deque()
@@ -120,6 +126,7 @@ class DataFrameSpout(Spout):
             self._collector.exhausted()
             return
         msg_id, values = row
+        self._next_row = msg_id + 1
         self._pending[msg_id] = values
         self._collector.emit(values, msg_id=msg_id)
 
@@ -129,6 +136,19 @@ class DataFrameSpout(Spout):
     def fail(self, msg_id: Any) -> None:
         if msg_id in self._pending:
             self._replay.append(msg_id)
+
+    def position(self) -> int:
+        """The index of the next row this task emits (exactly-once: taken at each checkpoint)."""
+        return self._next_row
+
+    def seek(self, position: int) -> None:
+        """Emit again from row ``position`` of this task's range (exactly-once: a rollback, or a
+        topology resumed under its name). The source must hold the same rows as when the
+        position was taken: a rewritten Parquet file replays other rows."""
+        self._next_row = position
+        self._rows = self._read(position, self._stop)
+        self._pending.clear()
+        self._replay.clear()
 
     def _read(self, start: int, stop: int) -> Iterator[tuple[int, list[Any]]]:
         """Rows ``start``..``stop`` of the source, with their indices, one part at a time."""
