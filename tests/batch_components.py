@@ -61,9 +61,7 @@ class Doubler(BatchBolt):
 
     outputs = ["n", "doubled"]
 
-    def __init__(
-        self, fail_once: tuple[int, ...] = (), raise_on: int | None = None, whole_batch: bool = False
-    ) -> None:
+    def __init__(self, fail_once: tuple[int, ...] = (), raise_on: int | None = None, whole_batch: bool = False) -> None:
         self.fail_once = set(fail_once)
         self.raise_on = raise_on
         self.whole_batch = whole_batch

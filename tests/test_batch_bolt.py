@@ -393,3 +393,20 @@ def test_batches_on_ray_ack_every_tuple_and_replay_the_failed(ray_cluster: str) 
     assert sum(s["total"] for s in sizes) == metrics["double"]["executed"]
     assert max(x for s in sizes for x in s["recent"]) <= 16
     assert metrics["double"]["batch_size"]["p50"] > 1
+
+
+def test_the_inference_example_on_ray_with_a_gpu_asked_for(ray_cluster: str) -> None:
+    """``examples/inference.py`` on the session's Ray (two logical GPUs, no CUDA: numpy runs),
+    two model tasks asking for a GPU each: every event is acked and both model tasks executed
+    batches."""
+    from examples.inference import CONF, build
+
+    handle = submit_topology("inference", CONF, build(events=3_000, gpus=1, model_tasks=2))
+    try:
+        assert handle.wait(timeout=180)
+        metrics = handle.metrics()
+        tasks = [m for m in handle.task_metrics().values() if m["component"] == "model"]
+    finally:
+        handle.kill()
+    assert metrics["events"]["acked"] == 3_000 and metrics["model"]["errors"] == 0
+    assert len(tasks) == 2 and all(m["sizes"]["batch_size"]["count"] > 0 for m in tasks)

@@ -69,6 +69,8 @@ function showComponents(components) {
     cell(row, ms(m.execute_latency_ms.mean), { field: "execute_latency_ms", value: m.execute_latency_ms.mean });
     counters(row, m, ["executed"]);
     cell(row, ms(m.process_latency_ms.mean), { field: "process_latency_ms", value: m.process_latency_ms.mean });
+    const batch = m.batch_size ? m.batch_size.mean : null; // a BatchBolt's mean batch size
+    cell(row, batch === null ? "" : batch.toFixed(1), { field: "batch_size", value: batch });
     counters(row, m, ["acked", "failed", "restarts"]);
     cell(row, m.last_error || "", { field: "last_error", cls: "error" });
   });
