@@ -4,12 +4,16 @@
                                                                                  |-- late --> late (CountLate)
 
 Every sentence carries its own time (``ts``, ms since the epoch): the spout stamps them 100 ms
-apart, a little out of order, and every 50th one 30 s in the past -- too late for any open
-window. ``top`` keeps tumbling 10 s windows on that time, with a 5 s lag: a window closes once
-every split task has sent a word stamped 5 s past its end, and prints its top words then.
-Late words go to the ``late`` stream and are counted; every sentence is acked once the window
-holding its words has fired (the late ones at once). When the spout runs dry the split tasks
-go quiet, and after the idle timeout (2 s) the last windows close too.
+apart, a little out of order. Every 50th one arrives late, as a phone back from a tunnel sends
+what it wrote inside: the spout holds it back until a sentence stamped 30 s after it was acked,
+and only then emits it -- its window has fired by then, so it is too late for any open window,
+whatever the clock and the pending budget. ``top`` keeps tumbling 10 s windows on that time,
+with a 5 s lag: a window closes once every split task has sent a word stamped 5 s past its end,
+and prints its top words then. Late words go to the ``late`` stream and are counted: 40
+sentences of 2,000, their 240 words (on a machine so busy that a split task stalls for longer
+than the idle timeout, the words it sends next come late too). Every sentence is acked once the
+window holding its words has fired, the late ones at once. When the spout runs dry the split
+tasks go quiet, and after the idle timeout (2 s) the last windows close too.
 
 Settings that matter (``build`` and ``CONF``): a tuple's tree stays pending until its window
 fires, so ``max_spout_pending`` must cover the sentences of a window and the watermark's delay
@@ -26,7 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from rayflow import (
@@ -56,10 +60,22 @@ START_MS = 1_700_000_000_000
 CONF = Config(message_timeout_secs=60, max_spout_pending=5_000)
 
 
+LATE_EVERY = 50
+"""Every 50th sentence arrives late."""
+LATE_BY_MS = 30_000
+"""It is emitted once a sentence stamped this much after it was acked."""
+
+
+def stamp(i: int) -> int:
+    """Sentence ``i``'s time: ``START_MS + 100 ms * i``, give or take 2 s (out of order)."""
+    return START_MS + 100 * i + (i * 7919 % 41 - 20) * 100
+
+
 class TimedSentenceSpout(Spout):
-    """Emits ``total`` sentences stamped ``START_MS + 100 ms * i``, give or take 2 s, every
-    50th one 30 s early (late on purpose); each tracked by its index. Never replays: a failed
-    sentence is only counted."""
+    """Emits ``total`` sentences stamped by ``stamp``, each tracked by its index; every
+    ``LATE_EVERY``-th is held back until a sentence ``LATE_BY_MS`` newer was acked (or, at the
+    end, until every other one was), so that it arrives after its window fired. Never replays:
+    a failed sentence is only counted."""
 
     outputs = ["sentence", "ts"]
 
@@ -70,20 +86,42 @@ class TimedSentenceSpout(Spout):
         self.next = 0
         self.failed = 0
         self.collector = collector
+        self.held: deque[int] = deque()
+        self.newest_acked = 0
+        """The newest stamp acked: its window fired, and every window before it."""
+        self.in_flight = 0
+        """Sentences emitted on time and not yet acked or failed."""
 
     def next_tuple(self) -> None:
-        i = self.next
-        if i >= self.total:
-            self.collector.exhausted()
+        if self.held and self._is_late(self.held[0]):
+            i = self.held.popleft()
+        elif self.next < self.total:
+            i, self.next = self.next, self.next + 1
+            if i % LATE_EVERY == LATE_EVERY - 1:
+                self.held.append(i)
+                return
+            self.in_flight += 1
+        else:
+            if not self.held:
+                self.collector.exhausted()
             return
-        self.next += 1
-        ts = START_MS + 100 * i + (i * 7919 % 41 - 20) * 100  # out of order by up to 2 s
-        if i % 50 == 49:
-            ts -= 30_000
-        self.collector.emit([SENTENCES[i % len(SENTENCES)], ts], msg_id=i)
+        self.collector.emit([SENTENCES[i % len(SENTENCES)], stamp(i)], msg_id=i)
+
+    def _is_late(self, i: int) -> bool:
+        done = self.next >= self.total and self.in_flight == 0  # every other window fired
+        return done or stamp(i) + LATE_BY_MS <= self.newest_acked
+
+    def ack(self, msg_id: Any) -> None:
+        self.newest_acked = max(self.newest_acked, stamp(msg_id))
+        self._settled(msg_id)
 
     def fail(self, msg_id: Any) -> None:
         self.failed += 1
+        self._settled(msg_id)
+
+    def _settled(self, msg_id: int) -> None:
+        if msg_id % LATE_EVERY != LATE_EVERY - 1:
+            self.in_flight -= 1
 
 
 class SplitWords(BasicBolt):
@@ -156,16 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         from rayflow.testing import complete_topology
 
         result = complete_topology(build(args.sentences), CONF)
-        acked, finished = len(result.acked("sentences")), result.finished
+        finished, metrics = result.finished, result.metrics()
     else:
         from rayflow import LocalCluster
 
         with LocalCluster() as cluster:
             handle = cluster.submit_topology("windowed-wordcount", CONF, build(args.sentences))
             finished = handle.wait(timeout=args.timeout)
-            acked = handle.metrics()["sentences"]["acked"]
+            metrics = handle.metrics()
             handle.kill()
-    print(f"sentences: {args.sentences:,}  acked: {acked:,}  finished: {'yes' if finished else 'NO'}")
+    acked, late = metrics["sentences"]["acked"], metrics["late"]["executed"]
+    print(
+        f"sentences: {args.sentences:,}  acked: {acked:,}  late words: {late:,}  "
+        f"finished: {'yes' if finished else 'NO'}"
+    )
     return 0 if finished and acked == args.sentences else 1
 
 
