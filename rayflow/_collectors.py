@@ -8,13 +8,10 @@ executors, and they never write the task's state: a spout saying it is exhausted
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._errors import EmitError
-from ._tuple import DEFAULT_STREAM
-
-if TYPE_CHECKING:
-    from ._tuple import Tuple
+from ._tuple import DEFAULT_STREAM, Tuple
 
 __all__ = [
     "AnchorRuleCollector",
@@ -187,7 +184,7 @@ class BatchOutputCollector:
     ) -> list[int]:
         """Emit a tuple anchored to ``anchors`` (required: one or more tuples of the batch);
         failing it downstream fails their trees. Returns the receiving task ids."""
-        if not anchors and not self.in_tick:
+        if not self.in_tick and _none(anchors):
             raise self._unanchored(stream)
         return self._task.emit(stream, values, anchors, None)
 
@@ -199,7 +196,7 @@ class BatchOutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> None:
         """Emit to one task of a bolt subscribed with a direct grouping, anchored as ``emit``."""
-        if not anchors and not self.in_tick:
+        if not self.in_tick and _none(anchors):
             raise self._unanchored(stream)
         self._task.emit(stream, values, anchors, task_id)
 
@@ -221,6 +218,11 @@ class BatchOutputCollector:
             "tuples of the batch it comes from (anchors=tup, or anchors=tuples for the whole batch), "
             "so that a failure downstream replays them"
         )
+
+
+def _none(anchors: Tuple | list[Tuple] | None) -> bool:
+    """No anchors: ``None`` or an empty list (a ``Tuple`` of no fields is one anchor)."""
+    return anchors is None or (anchors.__class__ is not Tuple and not anchors)
 
 
 class BasicOutputCollector:
