@@ -10,7 +10,10 @@ PEL). That list is the spout's memory, so nothing is lost when a spout dies:
   (at most ``MAX_READ``), and emitted up to ``EMIT_BURST`` per ``next_tuple``;
 - a completed tree is ``XACK``-ed (in batches); a failed one is emitted again from the data the
   spout kept while the entry was pending, after an ``XCLAIM`` that resets its idle time, adds
-  one to its delivery count and tells whether someone else acknowledged it meanwhile;
+  one to its delivery count and tells whether someone else acknowledged it meanwhile. The
+  failed entries are claimed in batches (an ``XPENDING`` each for its count so far, then one
+  ``XCLAIM`` of them all, sent together and answered like a read), so a wave of timeouts costs
+  a round trip per ``FAIL_BATCH``, not one per entry on the task's thread;
 - every delivery of an entry (a read, a replay's ``XCLAIM``, a restarted task's read of its
   pending list, an ``XAUTOCLAIM``) adds one to its delivery count in the group, so the count
   survives restarts: a failed entry already delivered ``max_replays + 1`` times is not emitted
@@ -25,11 +28,16 @@ still holds entries to emit, and its reply is taken only once all of it arrived,
 prepares the next entries while the task emits the last ones; an ``XACK`` is sent and its reply
 collected later the same way. The replies are read from the socket without waiting and parsed
 by ``_resp.Replies``, at a fraction of what redis-py's parser costs per element (over TLS,
-redis-py's ``can_read`` and ``read_response`` do it). Only the rare calls (a replay's ``XCLAIM``, a dead letter,
-the ``XAUTOCLAIM`` scan, creating the group) wait for their answer, bounded by
+redis-py's ``can_read`` and ``read_response`` do it). Only the rare calls (a dead letter, the
+``XAUTOCLAIM`` scan, creating the group) wait for their answer, bounded by
 ``SOCKET_TIMEOUT_SECS``. When the connection breaks, what its unanswered ``XACK``s carried is
-sent again (``XACK`` is idempotent) and the next read starts with the task's own pending list,
-so an entry whose read reply was lost is emitted, not stranded.
+sent again (``XACK`` is idempotent), failed entries whose claim went unanswered are emitted
+again, and the next read starts with the task's own pending list, so an entry whose read reply
+was lost is emitted, not stranded. That connection never runs redis-py's health check (a URL's
+``health_check_interval``): its ``PING`` would read the reply of a command still under way.
+``upkeep`` (``_upkeep``), every ``UPKEEP_SECS`` whether or not ``next_tuple`` is called, takes
+the replies that arrived, sends the acks that waited their linger and the claims of failed
+entries.
 
 The group is created (with ``MKSTREAM``) at id ``0`` when missing, so entries added before the
 topology first started are read too. A lost connection is retried with backoff and reported once
@@ -38,6 +46,8 @@ per outage; acks that could not be sent wait and go out once Redis answers again
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import socket
 import time
@@ -59,6 +69,7 @@ from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._errors import BrokerError
 from ._outage import Outage
 from ._resp import RedisStreamError, Replies
+from ._upkeep import Upkeep
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["RedisStreamSpout"]
@@ -83,6 +94,10 @@ trees over it (under 2%)."""
 ACK_BATCH = 500
 ACK_LINGER_SECS = 0.05
 """Acks go out as one ``XACK`` per this many ids, or this long after the previous one."""
+FAIL_BATCH = 500
+"""Failed entries claimed back together (see the module docstring)."""
+UPKEEP_SECS = 0.1
+"""How often ``upkeep`` runs: twice an ack linger."""
 IDLE_POLL_SECS = 0.01
 """After a read found nothing new, ask Redis again only this much later."""
 SOCKET_TIMEOUT_SECS = 3.0
@@ -184,7 +199,14 @@ class RedisStreamSpout(Spout):
         self._conn: Any = None
         """The connection of reads and acks (``_send``/``_receive``); ``None`` until first used."""
         self._sent: deque[tuple[str, list[str] | None]] = deque()
-        """Commands sent on ``_conn`` whose reply was not taken yet: ``("ack", ids)`` or ``("read", None)``."""
+        """Commands sent on ``_conn`` whose reply was not taken yet: ``("ack", ids)``,
+        ``("read", None)``, ``("pending", [id])`` or ``("claim", ids)``."""
+        self._failed: dict[str, str] = {}
+        """Entries whose trees failed, to be claimed back, and the reason of each fail."""
+        self._claiming: dict[str, str] = {}
+        """The failed entries whose claim was sent and not answered yet."""
+        self._counts: dict[str, int] = {}
+        """Their delivery counts before the claim, as ``XPENDING`` answered."""
         self._replies: Replies | None = None
         """Reads the replies on ``_conn`` (a plain socket's); ``None``: redis-py's parser does."""
         self._reading = False
@@ -211,7 +233,9 @@ class RedisStreamSpout(Spout):
             f"RedisStreamSpout {self.stream!r} group {self.group!r} consumer {self.consumer!r} ({redact_url(self.url)})"
         )
         self._outage = Outage(where, collector.report_error)
+        self._upkeep = Upkeep(self.upkeep, UPKEEP_SECS, collector.report_error)
         self._call(self._ensure_group)
+        self._upkeep.start()
 
     def deactivate(self) -> None:
         self._flush_acks()
@@ -219,6 +243,7 @@ class RedisStreamSpout(Spout):
     def close(self) -> None:
         """Send the acks waiting and wait (``SOCKET_TIMEOUT_SECS`` at most) until Redis took
         them; entries read and not acked stay pending with this consumer."""
+        self._upkeep.stop()
         self._flush_acks()
         if self._conn is not None:
             try:
@@ -236,17 +261,29 @@ class RedisStreamSpout(Spout):
     def next_tuple(self) -> None:
         if not self._group_ready and not self._call(self._ensure_group):
             return
-        if self._sent:
-            self._receive()
+        self._tend()
         buffer = self._buffer
-        if self._to_ack and time.monotonic() - self._acked_at >= ACK_LINGER_SECS:
-            self._flush_acks()
         if len(buffer) <= self._low:
             self._fill()
         emit, values = self._collector.emit, self._values
         for _ in range(min(len(buffer), self._burst)):
             entry_id, data = buffer.popleft()
             emit(values(entry_id, data), msg_id=entry_id)
+
+    def upkeep(self) -> None:
+        """What keeps Redis informed whether or not ``next_tuple`` is called (``_upkeep``);
+        never waits: the replies that arrived taken, the acks that waited their linger sent,
+        the failed entries' claims sent."""
+        if self._group_ready:
+            self._tend()
+
+    def _tend(self) -> None:
+        if self._sent:
+            self._receive()
+        if self._to_ack and time.monotonic() - self._acked_at >= ACK_LINGER_SECS:
+            self._flush_acks()
+        if self._failed and not self._claiming:
+            self._claim_failed()
 
     def _fill(self) -> None:
         """Ask for more entries, ahead of need: a claim scan when due, else a read (sent, its
@@ -337,34 +374,61 @@ class RedisStreamSpout(Spout):
             self._flush_acks()
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
-        """Emit the entry again, unless it is no longer pending (acknowledged by another consumer
-        that claimed it while its tree here was running), or dead-letter it once it was replayed
-        ``max_replays`` times. While Redis does not answer, the entry is emitted again."""
-        data = self._held.get(msg_id)
-        if data is None:
-            return
-        reply = self._call(lambda: self._reclaim(msg_id))
-        if reply is not None:
-            deliveries, still_pending = reply
-            if not still_pending:
-                self._held.pop(msg_id, None)
-                return
-            if self.max_replays is not None and deliveries > self.max_replays:
-                if self._call(lambda: self._dead_letter(msg_id, data, reason, deliveries)) is not None:
-                    self._held.pop(msg_id, None)
-                    return
-        self.replayed += 1
-        self._buffer.appendleft((msg_id, data))
+        """Claim the entry back to emit it again, in a batch with the other failed ones
+        (``_claim_failed``); never waits."""
+        if msg_id in self._held:
+            self._failed[msg_id] = reason
+            if len(self._failed) >= FAIL_BATCH and not self._claiming:
+                self._claim_failed()
 
-    def _reclaim(self, entry_id: str) -> tuple[int, bool]:
-        """How often the entry was delivered so far, and whether it is still pending here: its
-        count is read, then an ``XCLAIM`` (not ``JUSTID``: that would not count) takes it back,
-        counting the replay to come."""
-        pipe = self._client.pipeline(transaction=False)
-        pipe.xpending_range(self.stream, self.group, min=entry_id, max=entry_id, count=1)
-        pipe.xclaim(self.stream, self.group, self.consumer, 0, [entry_id])
-        pending, claimed = pipe.execute()
-        return (int(pending[0]["times_delivered"]) if pending else 0), bool(claimed)
+    def _claim_failed(self) -> None:
+        """Send the claims of up to ``FAIL_BATCH`` failed entries: an ``XPENDING`` each (how
+        often it was delivered so far), then one ``XCLAIM`` of them all (not ``JUSTID``: that
+        would not count the replay to come), which tells which are still pending here. The
+        replies are taken as they arrive (``_claimed``). While Redis does not answer, the
+        entries are emitted again without a claim."""
+        batch = dict(itertools.islice(self._failed.items(), FAIL_BATCH))
+        for entry_id in batch:
+            del self._failed[entry_id]
+        ids = list(batch)
+        commands: list[tuple[Any, ...]] = [("XPENDING", self.stream, self.group, i, i, 1) for i in ids]
+        commands.append(("XCLAIM", self.stream, self.group, self.consumer, 0, *ids))
+        sent: list[tuple[str, list[str] | None]] = [("pending", [i]) for i in ids]
+        sent.append(("claim", ids))
+        if self._send_all(commands, sent):
+            self._claiming = batch
+        else:
+            self._emit_again(ids)
+
+    def _claimed(self, reply: Any) -> None:
+        """The ``XCLAIM`` of the failed entries was answered: emit each again, unless it is no
+        longer pending (acknowledged by another consumer that claimed it while its tree here
+        ran), or dead-letter it once it was replayed ``max_replays`` times."""
+        batch, self._claiming = self._claiming, {}
+        still_pending = {_text(entry[0]) for entry in reply or () if entry}
+        again = []
+        for entry_id, reason in batch.items():
+            deliveries = self._counts.pop(entry_id, 0)
+            data = self._held.get(entry_id)
+            if data is None:
+                continue
+            if entry_id not in still_pending:
+                del self._held[entry_id]
+            elif self.max_replays is not None and deliveries > self.max_replays:
+                if self._call(functools.partial(self._dead_letter, entry_id, data, reason, deliveries)) is not None:
+                    del self._held[entry_id]
+                else:
+                    again.append(entry_id)
+            else:
+                again.append(entry_id)
+        self._emit_again(again)
+
+    def _emit_again(self, ids: list[str]) -> None:
+        for entry_id in reversed(ids):
+            data = self._held.get(entry_id)
+            if data is not None:
+                self.replayed += 1
+                self._buffer.appendleft((entry_id, data))
 
     def _dead_letter(self, entry_id: str, data: dict[str | bytes, Any], reason: str, deliveries: int) -> bool:
         fields: dict[str | bytes, Any] = dict(data)
@@ -404,19 +468,26 @@ class RedisStreamSpout(Spout):
     # -- the connection -----------------------------------------------------------------------
     def _send(self, command: tuple[Any, ...], sent: tuple[str, list[str] | None]) -> bool:
         """Send ``command`` on the connection of reads and acks, without waiting for its reply."""
+        return self._send_all([command], [sent])
+
+    def _send_all(self, commands: list[tuple[Any, ...]], sent: list[tuple[str, list[str] | None]]) -> bool:
+        """Send ``commands`` together (one write) on the connection of reads and acks, without
+        waiting for their replies. Never redis-py's health check: its ``PING`` would read the
+        reply of a command under way."""
         if self._outage.down and not self._outage.due():
             return False
         try:
             if self._conn is None:
                 self._conn = self._client.connection_pool.make_connection()
-            self._conn.send_command(*command)  # connects (and authenticates) when not connected
+            packed = self._conn.pack_commands(commands)
+            self._conn.send_packed_command(packed, check_health=False)  # connects (and authenticates) if need be
             sock = getattr(self._conn, "_sock", None)  # redis-py's own: absent, its parser reads
             if self._replies is None and type(sock) is socket.socket:  # not TLS
                 self._replies = Replies(sock)
         except _BROKEN as exc:
             self._broken(exc)
             return False
-        self._sent.append(sent)
+        self._sent.extend(sent)
         return True
 
     def _receive(self) -> None:
@@ -435,11 +506,16 @@ class RedisStreamSpout(Spout):
                     reply = conn.read_response()
                 else:
                     break
-                kind, _ = sent.popleft()
+                kind, ids = sent.popleft()
                 if kind == "read":
                     self._reading = False
                     if not self._taken(reply):
                         self._read_at = time.monotonic() + IDLE_POLL_SECS
+                elif kind == "pending":
+                    assert ids is not None
+                    self._counts[ids[0]] = int(reply[0][3]) if reply else 0
+                elif kind == "claim":
+                    self._claimed(reply)
         except _BROKEN as exc:
             self._broken(exc)
             return
@@ -456,6 +532,9 @@ class RedisStreamSpout(Spout):
             if kind == "ack" and ids:
                 self._to_ack.extend(ids)
         self._sent.clear()
+        claiming, self._claiming = list(self._claiming), {}
+        self._counts.clear()
+        self._emit_again(claiming)  # their claim may be lost: emitted again without one
         self._replies = None
         self._reading = False
         self._backlog = "0"

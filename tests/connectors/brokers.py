@@ -81,13 +81,18 @@ class FakeCollector:
         self.counts[name] = self.counts.get(name, 0) + amount
 
 
-def drive(spout: Any, collector: FakeCollector, until: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Call ``next_tuple`` as the spout loop does until ``until()`` holds (or ``timeout``)."""
+def drive(
+    spout: Any, collector: FakeCollector, until: Callable[[], bool], timeout: float = 10.0, upkeep_only: bool = False
+) -> bool:
+    """Call ``next_tuple`` as the spout loop does until ``until()`` holds (or ``timeout``); with
+    ``upkeep_only``, ``upkeep`` instead, as while the spout's pending budget is spent or it is
+    deactivated."""
+    step = spout.upkeep if upkeep_only else spout.next_tuple
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if until():
             return True
-        spout.next_tuple()
+        step()
         time.sleep(0.001)
     return until()
 
@@ -175,7 +180,10 @@ def run_until(run: InProcessTopology, until: Callable[[], bool], timeout: float 
 class Proxy:
     """A TCP forwarder to ``127.0.0.1:target``. ``cut()`` drops every connection through it and
     refuses new ones (as when the broker or the network goes away); ``hang()`` drops them and
-    takes new ones without a word (a broker that does not answer); ``restore()`` lets them in."""
+    takes new ones without a word (a broker that does not answer); ``freeze()`` keeps every
+    connection open and forwards nothing either way (a half-open connection: the broker or the
+    network gone without a word); ``restore()`` lets them in and forwards again. ``inject(data)``
+    sends ``data`` to the client of the newest connection, as if the broker had sent it."""
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -183,6 +191,7 @@ class Proxy:
         self.port = self._listener.getsockname()[1]
         self._up = True
         self._silent = False
+        self._frozen = threading.Event()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -206,9 +215,17 @@ class Proxy:
         with self._lock:
             self._up, self._silent = True, True
 
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def inject(self, data: bytes) -> None:
+        with self._lock:
+            self._sockets[-2].sendall(data)  # the newest (client, upstream) pair
+
     def restore(self) -> None:
         with self._lock:
             self._up, self._silent = True, False
+        self._frozen.clear()
 
     def close(self) -> None:
         self.cut()
@@ -233,20 +250,22 @@ class Proxy:
                     client.close()
                     continue
                 self._sockets += [client, upstream]
-            forward(client, upstream)
+            forward(client, upstream, self._frozen)
 
 
-def forward(client: socket.socket, upstream: socket.socket) -> None:
-    """Copy bytes both ways between ``client`` and ``upstream`` on two daemon threads; when
-    either side ends, both are shut down (closing them is the caller's)."""
-    threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-    threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+def forward(client: socket.socket, upstream: socket.socket, frozen: threading.Event | None = None) -> None:
+    """Copy bytes both ways between ``client`` and ``upstream`` on two daemon threads (dropping
+    them while ``frozen`` is set); when either side ends, both are shut down (closing them is
+    the caller's)."""
+    threading.Thread(target=_pump, args=(client, upstream, frozen), daemon=True).start()
+    threading.Thread(target=_pump, args=(upstream, client, frozen), daemon=True).start()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(source: socket.socket, sink: socket.socket, frozen: threading.Event | None) -> None:
     try:
         while data := source.recv(65536):
-            sink.sendall(data)
+            if frozen is None or not frozen.is_set():
+                sink.sendall(data)
     except OSError:
         pass
     for sock in (source, sink):
@@ -298,6 +317,32 @@ def nats_call(work: Callable[[Any], Any]) -> Any:
             await client.close()
 
     return asyncio.run(run())
+
+
+def nats_api(subject: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A JetStream API request (``$JS.API.CONSUMER.DURABLE.CREATE...``) and its JSON answer, for
+    what nats-py's helpers cannot say (a consumer's ``max_batch``)."""
+    import json
+
+    import nats
+
+    async def run() -> dict[str, Any]:
+        client = await nats.connect(NATS_URL)
+        try:
+            answer = await client.request(subject, json.dumps(body).encode(), timeout=5)
+        finally:
+            await client.close()
+        reply: dict[str, Any] = json.loads(answer.data)
+        return reply
+
+    return asyncio.run(run())
+
+
+def nats_consumer(stream: str, durable: str, **config: Any) -> None:
+    """Create durable consumer ``durable`` of ``stream`` with ``config`` (JetStream's names)."""
+    body = {"stream_name": stream, "config": {"durable_name": durable, **config}}
+    reply = nats_api(f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}", body)
+    assert "error" not in reply, reply
 
 
 def nats_publish(subject: str, *payloads: bytes | str) -> None:

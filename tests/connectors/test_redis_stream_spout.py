@@ -93,7 +93,58 @@ class TestDelivery:
         restarted.close()
 
 
+class TestFailures:
+    def test_a_wave_of_failures_is_claimed_back_in_one_write(self, client: Any, stream: str) -> None:
+        """300 trees time out at once: ``fail`` never waits for Redis, and the 300 entries are
+        claimed back together (an ``XPENDING`` each, one ``XCLAIM``) on the connection of
+        reads and acks; each comes again once, counted by Redis as its second delivery."""
+        ids = [client.xadd(stream, {"n": str(i)}).decode() for i in range(300)]
+        spout, collector = opened(stream)
+        assert drive(spout, collector, lambda: len(collector.emitted) == 300)
+        writes: list[list[str]] = []
+        send_all = spout._send_all
+
+        def recorded(commands: list[tuple[Any, ...]], sent: list[Any]) -> bool:
+            writes.append([command[0] for command in commands])
+            return bool(send_all(commands, sent))
+
+        spout._send_all = recorded
+        for _, msg_id in collector.emitted:
+            spout.fail(msg_id, "timeout")
+        assert writes == []  # nothing sent, nothing waited for, by fail itself
+        assert drive(spout, collector, lambda: len(collector.emitted) == 600)
+        claims = [write for write in writes if "XCLAIM" in write]
+        assert len(claims) == 1 and claims[0].count("XPENDING") == 300
+        assert sorted(msg_id for _, msg_id in collector.emitted[300:]) == sorted(ids)
+        deliveries = {int(p["times_delivered"]) for p in client.xpending_range(stream, GROUP, "-", "+", 300)}
+        assert deliveries == {2}
+        for _, msg_id in collector.emitted[300:]:
+            spout.ack(msg_id)
+        spout.close()
+        assert pending(client, stream) == 0
+
+
 class TestFaults:
+    def test_a_reply_that_is_not_resp_makes_a_new_connection(self, client: Any, stream: str) -> None:
+        """Garbage on the connection of reads and acks: reported once, the connection made
+        again, the entries go on (before, a ValueError escaped every next_tuple)."""
+        client.xadd(stream, {"n": "1"})
+        proxy = Proxy(6379)
+        try:
+            spout, collector = opened(stream, url=proxy.url(REDIS_URL))
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            proxy.inject(b"$not-a-length\r\n")
+            assert drive(spout, collector, lambda: len(collector.errors) == 1)
+            assert "not RESP" in str(collector.errors[0])
+            second = client.xadd(stream, {"n": "2"}).decode()
+            assert drive(spout, collector, lambda: second in [msg_id for _, msg_id in collector.emitted])
+            for _, msg_id in collector.emitted:
+                spout.ack(msg_id)
+            spout.close()
+            assert pending(client, stream) == 0 and len(collector.errors) == 1
+        finally:
+            proxy.close()
+
     def test_a_restarted_task_reads_its_own_pending_entries_again(self, client: Any, stream: str) -> None:
         ids = [client.xadd(stream, {"n": str(i)}).decode() for i in range(5)]
         dead, dead_collector = opened(stream, task_id=3)

@@ -11,7 +11,8 @@ pytest.importorskip("redis")
 
 from redis.exceptions import ResponseError  # noqa: E402
 
-from rayflow.connectors._resp import Replies, _Incomplete, parse  # noqa: E402
+import rayflow.connectors._resp as resp  # noqa: E402
+from rayflow.connectors._resp import RedisStreamError, Replies, _Incomplete, parse  # noqa: E402
 
 XREADGROUP_RESP2 = (
     b"*1\r\n*2\r\n$6\r\norders\r\n*2\r\n"
@@ -62,3 +63,35 @@ def test_replies_arrive_in_pieces_and_together() -> None:
             replies.take()
     finally:
         ours.close()
+
+
+@pytest.mark.parametrize("garbage", [b"$abc\r\n", b"*2\r\n:x\r\n:1\r\n", b"!what\r\n", b"%1\r\n$1\r\nk\r\n,nan?\r\n"])
+def test_bytes_that_are_not_resp_raise_a_broker_error(garbage: bytes) -> None:
+    """The spout takes the connection for broken and makes a new one (a ValueError would
+    have escaped every call, for ever)."""
+    with pytest.raises(RedisStreamError, match="not RESP"):
+        parse(garbage, 0)
+
+
+def test_a_bulk_string_over_many_reads_is_parsed_once_it_is_all_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A megabyte in 64 KiB pieces, taken after each: parsed when its length is known, then
+    once more when all of it arrived, not after every read."""
+    calls = []
+
+    def counted(buf: bytes, pos: int) -> object:
+        calls.append(len(buf))
+        return parse(buf, pos)
+
+    monkeypatch.setattr(resp, "parse", counted)
+    body = bytes(range(256)) * 4096
+    reply = b"$%d\r\n%s\r\n" % (len(body), body)
+    ours, redis_side = socket.socketpair()
+    with ours, redis_side:
+        redis_side.setblocking(False)
+        replies = Replies(ours)
+        got = (False, None)
+        for start in range(0, len(reply), 1 << 16):
+            redis_side.send(reply[start : start + (1 << 16)])
+            got = replies.take()
+        assert got == (True, body)
+    assert len(calls) == 2
