@@ -24,6 +24,7 @@ from tests.connectors.brokers import (
     context,
     drive,
     nats_call,
+    nats_consumer,
     nats_pending,
     nats_publish,
     poison_topology,
@@ -179,7 +180,84 @@ class TestDeadLetters:
         assert nats_pending(jetstream, DURABLE) == (0, 0)
 
 
+class TestExistingConsumers:
+    """A consumer that exists is checked before it is used: one the spout cannot keep
+    at-least-once with is refused, with an error that says why and what to do."""
+
+    @pytest.mark.parametrize("policy", ["all", "none"])
+    def test_an_ack_policy_other_than_explicit_is_refused(self, jetstream: str, policy: str) -> None:
+        nats_consumer(jetstream, DURABLE, ack_policy=policy)
+        nats_publish(f"{jetstream}.a", "kept")
+        spout, collector = opened(jetstream)
+        assert drive(spout, collector, lambda: len(collector.errors) == 1)
+        said = str(collector.errors[0])
+        assert f"ack_policy {policy!r}" in said and "'explicit'" in said and "nats consumer rm" in said
+        assert not drive(spout, collector, lambda: bool(collector.emitted), timeout=0.5)
+        spout.close()
+        assert nats_pending(jetstream, DURABLE) == (0, 1)  # not delivered, so not lost
+
+    def test_a_push_consumer_is_refused(self, jetstream: str) -> None:
+        nats_consumer(jetstream, DURABLE, ack_policy="explicit", deliver_subject=f"pushed.{jetstream}")
+        spout, collector = opened(jetstream)
+        assert drive(spout, collector, lambda: len(collector.errors) == 1)
+        assert "is a push consumer" in str(collector.errors[0])
+        spout.close()
+
+    def test_a_pull_larger_than_the_consumers_max_batch_is_made_smaller_and_said_once(self, jetstream: str) -> None:
+        """JetStream answers a pull over ``max_batch`` with a 409 for ever: the spout says so
+        once and pulls ``max_batch`` at a time."""
+        nats_consumer(jetstream, DURABLE, ack_policy="explicit", max_batch=5)
+        payloads = [f"m{i}" for i in range(30)]
+        nats_publish(f"{jetstream}.a", *payloads)
+        spout, collector = opened(jetstream, fields=("data",))
+        assert drive(spout, collector, lambda: len(collector.emitted) == 30)
+        assert sorted(values[0] for values, _ in collector.emitted) == sorted(payloads)
+        assert len(collector.errors) == 1 and "at most 5 messages" in str(collector.errors[0])
+        for _, msg_id in collector.emitted:
+            spout.ack(msg_id)
+        spout.close()
+        assert eventually(lambda: nats_pending(jetstream, DURABLE) == (0, 0), timeout=5)
+
+    def test_the_consumers_ack_wait_sets_the_in_progress_rounds(self, jetstream: str) -> None:
+        """Message timeout 30 s (a created consumer would wait 37.5 s), the consumer's
+        ``ack_wait`` 2 s: a message held 5 s is not redelivered."""
+        nats_consumer(jetstream, DURABLE, ack_policy="explicit", ack_wait=2_000_000_000)
+        nats_publish(f"{jetstream}.a", "held")
+        spout, collector = opened(jetstream, conf={"message_timeout_secs": 30}, fields=("data",))
+        assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+        assert not drive(spout, collector, lambda: len(collector.emitted) > 1, timeout=5)
+        spout.ack(collector.emitted[0][1])
+        spout.close()
+        assert eventually(lambda: nats_pending(jetstream, DURABLE) == (0, 0), timeout=5)
+
+
 class TestFaults:
+    def test_a_half_open_connection_is_noticed_by_the_spouts_pings(self, jetstream: str) -> None:
+        """The network stops carrying anything without closing the connection while no pull
+        request is out (the spout deactivated, only its upkeep running): the spout's PINGs go
+        unanswered, and within three ping intervals it reports the connection as half-open and
+        makes a new one."""
+        from rayflow.connectors.nats import FETCH_WAIT_SECS, MAX_PINGS_OUT, PING_INTERVAL_SECS
+
+        proxy = Proxy(4222)
+        try:
+            spout, collector = opened(jetstream, url=proxy.url(NATS_URL), fields=("data",))
+            assert drive(spout, collector, lambda: nats_pending(jetstream, DURABLE) == (0, 0))
+            spout.deactivate()
+            drive(spout, collector, lambda: False, timeout=FETCH_WAIT_SECS + 0.5, upkeep_only=True)  # the pull ends
+            proxy.freeze()
+            window = PING_INTERVAL_SECS * (MAX_PINGS_OUT + 1) + 5
+            assert drive(spout, collector, lambda: len(collector.errors) == 1, timeout=window, upkeep_only=True)
+            assert "half-open" in str(collector.errors[0])
+            proxy.restore()
+            spout.activate()
+            nats_publish(f"{jetstream}.a", "after")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1, timeout=20)
+            spout.ack(collector.emitted[0][1])
+            spout.close()
+        finally:
+            proxy.close()
+
     def test_a_missing_stream_is_reported_once_and_picked_up_once_it_exists(self) -> None:
         require_nats()
         name = unique("late").replace("-", "_")

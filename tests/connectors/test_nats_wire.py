@@ -270,3 +270,30 @@ def eventually_frames(conn: Connection) -> list[Frame]:
     readable, _, _ = select.select([conn.sock], [], [], 5)
     assert readable
     return conn.receive()
+
+
+def test_an_err_while_waiting_for_an_answer_raises_with_the_servers_words() -> None:
+    """A permissions violation is the server's answer, not a timeout: the error says which
+    rights the spout needs."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = Connection(ours, timeout=5)
+        conn.api_inbox = "_INBOX.api"
+        theirs.sendall(b"-ERR 'Permissions Violation for Publish to \"$JS.API.CONSUMER.INFO.S.d\"'\r\n")
+        with pytest.raises(NatsError, match="Permissions Violation for Publish") as refused:
+            conn.request("$JS.API.CONSUMER.INFO.S.d")
+        assert "publish to $JS.API.>" in str(refused.value)
+
+
+def test_pings_of_the_client_are_counted_until_answered() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = Connection(ours, timeout=5)
+        conn.ping()
+        conn.ping()
+        assert conn.pings_out == 2
+        theirs.settimeout(5)
+        assert theirs.recv(100) == b"PING\r\nPING\r\n"
+        theirs.sendall(b"PONG\r\n")
+        assert eventually_frames(conn) == ["PONG"]
+        assert conn.pings_out == 0
