@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rayflow import Bolt, Config, TopologyBuilder, TopologyError, WindowedBolt
+from rayflow import BatchBolt, Bolt, Config, TopologyBuilder, TopologyError, WindowedBolt
 from rayflow import Count as CountLength
 from rayflow.testing import InProcessTopology, complete_topology
 
@@ -236,3 +236,28 @@ def test_the_checkpoint_spout_reports_how_long_checkpoints_take() -> None:
     checkpointer = result.metrics()["__checkpoint"]
     assert checkpointer["checkpoints"] >= 1
     assert checkpointer["checkpoint_latency_ms"]["p99"] > 0
+
+
+class _BatchSplit(BatchBolt):
+    """Splits sentences a batch at a time, with a batch timeout far longer than a checkpoint."""
+
+    outputs = ["word"]
+    batch_size = 1000
+    batch_timeout_ms = 60_000
+
+    def execute_batch(self, tuples: list[Any], collector: Any) -> None:
+        for tup in tuples:
+            for word in tup["sentence"].split():
+                collector.emit([word], anchors=tup)
+
+
+def test_a_checkpoint_flushes_a_batch_bolt_instead_of_waiting_for_its_timeout() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Numbered(30))
+    builder.set_bolt("split", _BatchSplit()).shuffle_grouping("sentences")
+    builder.set_bolt("count", _count(), parallelism=2).fields_grouping("split", ["word"])
+    run = InProcessTopology(builder.create_topology(), EXACTLY_ONCE)
+    run.run()
+    run.advance(1.0)  # one checkpoint interval, far below the batch timeout
+    assert sorted(run.acked("sentences")) == list(range(30))
+    assert counts_of(run.components("count")) == true_counts(30)

@@ -108,6 +108,11 @@ class BatchBoltAdapter(BoltKind):
         if self.held:
             self._run_measured()
 
+    def flush(self) -> None:
+        """A checkpoint waits for the batch held (exactly-once): execute it now."""
+        if self.held:
+            self._run_measured()
+
     # -- batches --------------------------------------------------------------------------------
     def _run_measured(self) -> None:
         """``_run`` outside the executor's ``receive``, its time added to the task's busy time."""

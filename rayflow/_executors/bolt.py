@@ -275,6 +275,8 @@ class BoltExecutor(Emitter):
             for old in self._waiting_step:
                 self.outbox.fail_tree(old._tree)
             self._stop_waiting()
+        if ready and ready[0].values[1] == PREPARE and self._kind is not None:
+            self._kind.flush()
         if ready and ready[0].values[1] == PREPARE and self._unsettled() > 0:
             self._held_back.setdefault(tup.source_task, [])
             self._waiting_step = ready

@@ -17,6 +17,8 @@ What a kind may override, each with a default that suits a plain bolt:
 - ``timers``: periodic actions the driver calls (a window's clock);
 - ``checkpoint``: act on a checkpoint once it is aligned (raise to fail it; ``CheckpointDeferred``
   fails it without reporting an error);
+- ``flush``: settle what the kind holds (a partial batch) because a checkpoint waits for it
+  (exactly-once: a PREPARE passes a task only once it has acked or failed what came before it);
 - ``snapshot``: counters the kind adds to the task's metrics.
 """
 
@@ -59,6 +61,9 @@ class BoltKind(Bolt):
 
     def checkpoint(self, action: str, txid: int) -> None:
         """Nothing to store by default: a stateless kind passes every checkpoint on."""
+
+    def flush(self) -> None:
+        """Nothing held by default: inputs are acked or failed as they are executed."""
 
     def snapshot(self) -> dict[str, Any]:
         return {}
