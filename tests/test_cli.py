@@ -250,6 +250,71 @@ class TestSchemaAndEntryPoints:
         assert all(command in result.stdout for command in ("run", "validate", "graph", "schema"))
 
 
+class TestDetachedCommandsOnASharedMachine:
+    """What a kill needs and what ``submit`` says, without a cluster: the guard that a command
+    that stops something acts on a named cluster only, and the words around the Jobs API."""
+
+    @pytest.fixture
+    def two_rays(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """This machine runs two Rays; ``--address auto`` would take the latest."""
+        from rayflow._cli import detached
+
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        found = ("127.0.0.1:6380", ["127.0.0.1:6380", "127.0.0.1:7100"])
+        monkeypatch.setattr(detached, "_clusters_on_this_machine", lambda: found)
+
+    @pytest.mark.parametrize("command", ["kill", "deactivate"])
+    @pytest.mark.parametrize("address", [[], ["--address", "auto"]])
+    def test_a_kill_found_by_auto_is_refused_naming_what_auto_found(
+        self, two_rays: None, command: str, address: list[str]
+    ) -> None:
+        code, _, err = invoke(command, "wc", *address)
+        said = " ".join(err.split())
+        assert code == 2
+        assert f"`rayflow {command}` acts only on a cluster you name" in said
+        assert "it would take the Ray cluster at 127.0.0.1:6380, one of 2 running here" in said
+        assert f"Name it: `rayflow {command} wc --address 127.0.0.1:6380` (or set RAY_ADDRESS)" in said
+
+    def test_with_no_ray_here_it_asks_for_the_address(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from rayflow._cli import detached
+
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        monkeypatch.setattr(detached, "_clusters_on_this_machine", lambda: (None, []))
+        code, _, err = invoke("kill", "wc")
+        assert code == 2 and "`rayflow kill wc --address HOST:PORT`" in " ".join(err.split())
+
+    def test_ray_address_or_an_address_names_the_cluster(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from rayflow._cli.detached import _named_cluster
+
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        assert _named_cluster("10.0.0.5:6380", "kill", "wc") == "10.0.0.5:6380"
+        monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6380")
+        assert _named_cluster(None, "kill", "wc") == "auto"  # ray.init takes RAY_ADDRESS first
+
+    def test_no_agent_is_explained_with_the_port_and_its_flag(self) -> None:
+        from rayflow._cli.jobs import refusal
+
+        answer = RuntimeError(
+            "Request failed with status code 500: No available agent to submit job, please try again later."
+        )
+        said = refusal(answer)
+        assert "the cluster has no job agent to run the job" in said
+        assert "holds the agent's port (52365 by default)" in said
+        assert "`--dashboard-agent-listen-port` set to a free port" in said and "docs/detached.md" in said
+
+    def test_another_refusal_is_passed_on(self) -> None:
+        from rayflow._cli.jobs import refusal
+
+        assert refusal(ValueError("bad runtime_env")) == "the cluster refused the job: ValueError: bad runtime_env"
+
+    @pytest.mark.parametrize(("token", "prefix"), [(False, "ray job logs"), (True, "RAY_AUTH_MODE=token ray job logs")])
+    def test_the_log_command_names_the_dashboard(self, token: bool, prefix: str) -> None:
+        from rayflow._cli.jobs import JobsApi
+
+        jobs = JobsApi(client=None, url="http://10.0.0.5:8265", token=token)
+        assert jobs.logs_command("rayflow-wc-1") == f"{prefix} rayflow-wc-1 --address http://10.0.0.5:8265 --follow"
+
+
 TROUBLED = """\
     name: troubled
     spouts:

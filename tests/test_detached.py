@@ -42,6 +42,9 @@ START_SECS = 240.0
 """``ray start`` with a dashboard; a job's driver joining it and starting the topology: 30-60 s on
 a 2-core box, minutes when other work crowds it."""
 COMMAND_SECS = 120.0
+RAY = str(Path(sys.executable).with_name("ray"))
+"""This interpreter's own ``ray``: another Python's, earlier on PATH, would start a cluster whose
+jobs cannot import rayflow."""
 
 PACED = '''\
     """A sentence spout paced to a rate: the word count runs for as long as the test needs."""
@@ -103,13 +106,14 @@ class JobsCluster:
         self.address = f"127.0.0.1:{free_port()}"
         self.dashboard = f"http://127.0.0.1:{free_port()}"
 
-    def start(self) -> str | None:
-        """Start it; ``None``, or why it could not start."""
-        ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    def start(self, agent_port: int | None = None) -> str | None:
+        """Start it (its dashboard agent on ``agent_port``, default a free one); ``None``, or why
+        it could not start."""
         command = [
-            ray, "start", "--head", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
+            RAY, "start", "--head", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
             "--port", self.address.rpartition(":")[2], "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
-            "--dashboard-port", self.dashboard.rpartition(":")[2], "--dashboard-agent-listen-port", str(free_port()),
+            "--dashboard-port", self.dashboard.rpartition(":")[2],
+            "--dashboard-agent-listen-port", str(agent_port or free_port()),
             "--ray-client-server-port", str(free_port()), "--temp-dir", self.temp_dir, "--num-cpus", "2",
             "--object-store-memory", str(200 * 1024 * 1024),
         ]  # fmt: skip
@@ -238,15 +242,24 @@ class TestSubmittedWordCount:
     by name, in that order (the steps share the job)."""
 
     @pytest.fixture(scope="class")
-    def submitted(self, jobs_cluster: JobsCluster, project: Path) -> Iterator[str]:
-        """The submission id of the word count ``wc``; its job is stopped at the end whatever happened."""
+    def submission(self, jobs_cluster: JobsCluster, project: Path) -> Iterator[tuple[str, str]]:
+        """The submission id of the word count ``wc`` and what ``submit`` printed; its job is
+        stopped at the end whatever happened."""
         result = submit(project, jobs_cluster, "wc")
         assert result.returncode == 0, result.stdout + result.stderr
         submission = result.stdout.split("runs as Ray job ")[1].split()[0]
-        yield submission
+        yield submission, result.stdout
         jobs = jobs_cluster.jobs()
         if not jobs.get_job_status(submission).is_terminal():
             jobs.stop_job(submission)
+
+    @pytest.fixture(scope="class")
+    def submitted(self, submission: tuple[str, str]) -> str:
+        return submission[0]
+
+    @pytest.fixture(scope="class")
+    def submit_output(self, submission: tuple[str, str]) -> str:
+        return submission[1]
 
     def test_runs_as_a_ray_job_that_ray_job_list_sees(self, jobs_cluster: JobsCluster, submitted: str) -> None:
         jobs = {job.submission_id: job for job in jobs_cluster.jobs().list_jobs()}
@@ -286,6 +299,36 @@ class TestSubmittedWordCount:
         assert result.returncode == 0, result.stderr
         assert "topology 'wc' is active" in result.stdout
         assert eventually(lambda: listed(project, jobs_cluster)["wc"]["emitted"] > paused["emitted"], timeout=30)
+
+    def test_submit_names_the_cluster_and_a_log_command_that_works(
+        self, jobs_cluster: JobsCluster, project: Path, submitted: str, submit_output: str
+    ) -> None:
+        """What ``submit`` prints to follow the job works from a shell on a machine with other
+        Rays: the cluster named, token mode on when the cluster wants the token."""
+        assert f"on the Ray cluster at {jobs_cluster.address}" in submit_output
+        assert f"rayflow kill wc --address {jobs_cluster.address}" in submit_output
+        (logs,) = [line.split("its log:", 1)[1].split() for line in submit_output.splitlines() if "its log:" in line]
+        env = dict(word.split("=", 1) for word in logs if "=" in word and not word.startswith("-"))
+        command = [word for word in logs if word not in (f"{k}={v}" for k, v in env.items()) and word != "--follow"]
+        assert command[:4] == ["ray", "job", "logs", submitted] and "--address" in command
+        shown = subprocess.run(
+            [RAY, *command[1:]], env={**user_env(), **env}, capture_output=True, text=True, timeout=COMMAND_SECS
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "rayflow" in shown.stdout or "sentences" in shown.stdout
+
+    def test_kill_without_a_named_cluster_is_refused_saying_which_it_would_take(
+        self, jobs_cluster: JobsCluster, project: Path, submitted: str
+    ) -> None:
+        """``--address auto`` finds whichever Ray runs here (this machine runs several): a kill
+        needs the cluster named, and says which one auto found."""
+        for command in ("kill", "deactivate"):
+            result = rayflow(project, command, "wc")
+            assert result.returncode == 2, result.stdout + result.stderr
+            said = " ".join(result.stderr.split())
+            assert f"`rayflow {command}` acts only on a cluster you name" in said
+            assert f"rayflow {command} wc --address" in said and "(or set RAY_ADDRESS)" in said
+        assert listed(project, jobs_cluster)["wc"]["status"] == "active"
 
     def test_kill_by_name_ends_the_topology_and_its_job(
         self, jobs_cluster: JobsCluster, project: Path, submitted: str
@@ -343,6 +386,31 @@ class TestAnyRunningTopology:
         explained = " ".join(result.stderr.split())
         assert f"{jobs_cluster.dashboard} is a web address: Ray's dashboard, where its Jobs API is" in explained
         assert "give --address HOST:PORT" in explained
+
+
+@pytest.mark.cluster
+def test_a_head_whose_agent_port_was_taken_is_explained(project: Path) -> None:
+    """Another program holds the port of the head's dashboard agent, as another Ray on the
+    machine does with Ray's default 52365: the head starts, its Jobs API answers, but no agent
+    runs jobs ("No available agent to submit job"). ``submit`` says why, from the agent's log,
+    and which flag moves the port."""
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = JobsCluster()
+        try:
+            problem = cluster.start(agent_port=port)
+            if problem is not None:
+                pytest.skip(f"no Ray cluster with a dashboard for Ray Jobs: {problem}")
+            result = submit(project, cluster, "agentless")
+        finally:
+            cluster.stop()
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the cluster has no job agent to run the job (Ray answered: No available agent to submit job)" in said
+    assert "dashboard_agent.log" in said and "address already in use" in said and str(port) in said
+    assert "start the head again with `--dashboard-agent-listen-port` set to a free port" in said
 
 
 # -- the control actor, on the session's Ray --------------------------------------------------------

@@ -11,7 +11,9 @@ import Ray only then, as ``run`` does: ``rayflow --help`` stays quick.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
 import secrets
 import time
@@ -25,7 +27,7 @@ from rich.table import Table
 
 from . import console
 from .arguments import FileArg, InactiveOpt, PropertiesOpt, SetOpt, load, placeholders
-from .jobs import JobsUnavailable, dashboard_address, entrypoint, jobs_client, runtime_env
+from .jobs import JobsApi, JobsUnavailable, dashboard_address, entrypoint, jobs_client, refusal, runtime_env
 from .progress import progress
 from .ray_connection import ray_connection
 
@@ -49,6 +51,8 @@ ANSWER_SECS = 20.0
 GONE_SECS = 60.0
 """After the kill is asked, how long until the topology must be gone (its driver drains first)."""
 POLL_SECS = 0.5
+USAGE_ERROR = 2
+"""What click exits with for a wrong or missing option; ``--address auto`` for a kill is one."""
 
 
 class ControlExit(IntEnum):
@@ -85,6 +89,18 @@ ClusterOpt = Annotated[
         "cluster started on this machine. Its Jobs API (the dashboard, http://HOST:8265) is found from there. A "
         "cluster with token authentication needs its token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
         "~/.ray/auth_token.",
+    ),
+]
+NamedClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        metavar="HOST:PORT",
+        help="The Ray cluster to act on, at its GCS address as `ray start --head` printed it; RAY_ADDRESS serves "
+        "too. Needed: auto would act on whichever cluster it finds on this machine, maybe someone else's. A "
+        "cluster with token authentication needs its token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+        "~/.ray/auth_token.",
+        show_default=False,
     ),
 ]
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The topology's name (`rayflow list` shows them).")]
@@ -135,43 +151,49 @@ def submit(
             param_hint="FILE",
         ) from None
     name = loaded.name
+    import ray
+
     from .._runtime.control import find, name_taken
 
     with _joined(address):
         if find(name) is not None:
             _fail(str(name_taken(name)))
-        client = _jobs()
+        jobs = _jobs()
+        # The commands printed below name the cluster: as given, or as auto found it.
+        cluster = address if address != "auto" else ray.get_runtime_context().gcs_address
         submission = f"rayflow-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}-{secrets.token_hex(3)}"
         command = entrypoint(relative, placeholders(set_, properties), inactive)
         try:
             with progress(f"uploading {shipped}", "the job's working directory", "uploaded"):
-                client.submit_job(
+                jobs.client.submit_job(
                     entrypoint=command,
                     submission_id=submission,
                     runtime_env=runtime_env(shipped),
                     metadata={"rayflow.topology": name},
                 )
         except Exception as exc:
-            _fail(f"the cluster refused the job: {type(exc).__name__}: {exc}")
+            _fail(refusal(exc))
         waiting_for = "its driver joins the cluster and places the task actors"
         with progress(f"starting topology {name!r} as Ray job {submission}", waiting_for, "started"):
-            problem = _started(client, submission, name, start_timeout)
+            problem = _started(jobs, submission, name, start_timeout)
         if problem is not None:
             _fail(problem)
     console.out.print(
-        f"topology {name!r} runs as Ray job {submission}\n"
-        f"  see it:      rayflow list --address {address}   ·   ray job logs {submission} --follow\n"
-        f"  stop it:     rayflow kill {name} --address {address}",
+        f"topology {name!r} runs as Ray job {submission} on the Ray cluster at {cluster}\n"
+        f"  see it:      rayflow list --address {cluster}\n"
+        f"  its log:     {jobs.logs_command(submission)}\n"
+        f"  stop it:     rayflow kill {name} --address {cluster}",
         markup=False,
         soft_wrap=True,
     )
 
 
-def _started(client: Any, submission: str, name: str, timeout: float) -> str | None:
+def _started(jobs: JobsApi, submission: str, name: str, timeout: float) -> str | None:
     """Wait until the job's driver has the topology running (``None``), or say why it has not:
     the job ended (its log's last lines tell why), or it did not start in time (it is stopped)."""
     from .._runtime.control import find
 
+    client = jobs.client
     deadline = time.monotonic() + timeout
     while True:
         control = find(name)
@@ -189,7 +211,7 @@ def _started(client: Any, submission: str, name: str, timeout: float) -> str | N
             state = "unknown" if status is None else status.value
             return (
                 f"Ray job {submission} did not start the topology within {timeout:g}s (it was {state}), so it was "
-                f"stopped; `ray job logs {submission}` says what it did"
+                f"stopped; `{jobs.logs_command(submission).removesuffix(' --follow')}` says what it did"
             )
         time.sleep(POLL_SECS)
 
@@ -247,8 +269,16 @@ def _row(name: str, control: Any) -> dict[str, Any]:
     }
 
 
+_NAMED = """
+
+It acts only on a cluster you name (--address HOST:PORT, or RAY_ADDRESS), as `storm kill` acts
+on the Nimbus its configuration names: --address auto takes whichever Ray it finds on this
+machine, maybe someone else's, so it is refused, saying which cluster it would have taken."""
+
 ACTIVATE_HELP = "Let a running topology's spouts emit again (Storm's `activate`)." + _ACTING
-DEACTIVATE_HELP = "Stop a running topology's spouts (Storm's `deactivate`); pending trees still complete." + _ACTING
+DEACTIVATE_HELP = (
+    "Stop a running topology's spouts (Storm's `deactivate`); pending trees still complete." + _NAMED + _ACTING
+)
 
 
 def activate(name: NameArg, address: ClusterOpt = "auto") -> None:
@@ -256,9 +286,9 @@ def activate(name: NameArg, address: ClusterOpt = "auto") -> None:
     _switch(name, address, "activate")
 
 
-def deactivate(name: NameArg, address: ClusterOpt = "auto") -> None:
+def deactivate(name: NameArg, address: NamedClusterOpt = None) -> None:
     """Stop a running topology's spouts (see ``DEACTIVATE_HELP``)."""
-    _switch(name, address, "deactivate")
+    _switch(name, _named_cluster(address, "deactivate", name), "deactivate")
 
 
 def _switch(name: str, address: str, action: str) -> None:
@@ -280,13 +310,14 @@ sooner once none is pending. Then the topology's driver stops it: `rayflow run` 
 terminal, or as the Ray job of `rayflow submit`) stops as after Ctrl-C, prints its summary
 and exits with its usual code, which ends the job; a script that submitted it keeps running
 with its handle killed."""
+    + _NAMED
     + _ACTING
 )
 
 
 def kill(
     name: NameArg,
-    address: ClusterOpt = "auto",
+    address: NamedClusterOpt = None,
     wait: Annotated[
         float | None,
         typer.Option(
@@ -297,7 +328,7 @@ def kill(
     """Kill a running topology (see ``KILL_HELP``)."""
     from .._runtime.control import ask
 
-    with _joined(address):
+    with _joined(_named_cluster(address, "kill", name)):
         control = _control(name)
         secs = float(_info(control).get("message_timeout_secs", 30.0)) if wait is None else wait
         answer = ask(control, "deactivate", ANSWER_SECS)
@@ -337,6 +368,54 @@ def _gone(name: str, secs: float) -> bool:
     return True
 
 
+def _named_cluster(address: str | None, command: str, name: str) -> str:
+    """The cluster a command that stops something acts on: the one ``--address HOST:PORT`` or
+    ``RAY_ADDRESS`` names. ``auto`` takes whichever Ray it finds on this machine -- the last
+    ``ray start``, or any other -- which on a shared machine may be someone else's; so it is
+    refused (exit 2, a usage error) with the cluster it would have taken and the command that
+    names it."""
+    if address not in (None, "auto"):
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return "auto"  # Ray's own way of naming the cluster: ray.init takes RAY_ADDRESS first
+    latest, running = _clusters_on_this_machine()
+    if latest is None:
+        found = "and it finds none here: give the cluster's GCS address, which `ray start --head` printed"
+        example = f"rayflow {command} {name} --address HOST:PORT"
+    else:
+        others = [a for a in running if a != latest]
+        besides = f", one of {len(running)} running here ({', '.join(sorted(running))})" if others else ""
+        found = f"here it would take the Ray cluster at {latest}{besides}, which may not be yours"
+        example = f"rayflow {command} {name} --address {latest}"
+    console.err.print(
+        f"`rayflow {command}` acts only on a cluster you name: --address auto takes whichever Ray it finds on "
+        f"this machine, {found}. Name it: `{example}` (or set RAY_ADDRESS); `rayflow list --address HOST:PORT` "
+        "shows what runs there.",
+        markup=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(USAGE_ERROR)
+
+
+def _clusters_on_this_machine() -> tuple[str | None, list[str]]:
+    """The cluster ``--address auto`` would join (``None``: none) and every Ray GCS running on
+    this machine, as Ray itself finds them (the last ``ray start``'s address file, then the
+    processes); nothing when this Ray's private helpers are not there to ask."""
+    try:
+        services: Any = importlib.import_module("ray._private.services")  # untyped
+    except ImportError:
+        return None, []
+    try:
+        running = sorted(services.find_gcs_addresses())
+    except Exception:  # ps cannot be read here: the address file may still say
+        running = []
+    try:
+        latest = services.find_bootstrap_address(None) or (running[0] if running else None)
+    except Exception:
+        latest = running[0] if running else None
+    return latest, running
+
+
 def _joined(address: str) -> Any:
     """Joined to the cluster at ``address`` for the block; a dashboard URL is explained away."""
     if re.match(r"https?://", address):
@@ -349,7 +428,7 @@ def _joined(address: str) -> Any:
     return ray_connection(address)
 
 
-def _jobs() -> Any:
+def _jobs() -> JobsApi:
     try:
         return jobs_client(dashboard_address())
     except JobsUnavailable as exc:

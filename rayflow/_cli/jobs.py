@@ -17,14 +17,27 @@ classes it names import on the cluster as they do here.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
+import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import RayflowError
 
-__all__ = ["SHIPPED_EXCLUDES", "JobsUnavailable", "dashboard_address", "entrypoint", "jobs_client", "runtime_env"]
+__all__ = [
+    "SHIPPED_EXCLUDES",
+    "JobsApi",
+    "JobsUnavailable",
+    "dashboard_address",
+    "entrypoint",
+    "jobs_client",
+    "refusal",
+    "runtime_env",
+]
 
 SHIPPED_EXCLUDES = [".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".venv"]
 """Left out of the uploaded working directory (besides what its ``.gitignore`` leaves out)."""
@@ -50,17 +63,35 @@ def dashboard_address() -> str:
     return f"http://{host_port}"
 
 
-def jobs_client(url: str) -> Any:
-    """A ``JobSubmissionClient`` for ``url``, with this machine's Ray token when the dashboard
-    asks for one (Ray 2.60's token authentication covers the dashboard too)."""
+@dataclass(frozen=True)
+class JobsApi:
+    """The cluster's Jobs API as this process reaches it: a ``JobSubmissionClient``, its URL,
+    and whether the dashboard asked for the cluster's token."""
+
+    client: Any
+    url: str
+    token: bool
+
+    def logs_command(self, submission: str) -> str:
+        """A ``ray job logs`` that works from this shell: the dashboard named (without it, Ray
+        looks for a cluster on this machine and gives up when it finds several), and token mode
+        switched on when the cluster wants the token (the CLI does not send it otherwise)."""
+        mode = "RAY_AUTH_MODE=token " if self.token else ""
+        return f"{mode}ray job logs {submission} --address {self.url} --follow"
+
+
+def jobs_client(url: str) -> JobsApi:
+    """The Jobs API at ``url``, with this machine's Ray token when the dashboard asks for one
+    (Ray 2.60's token authentication covers the dashboard too)."""
     from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     logging.getLogger("ray.dashboard").setLevel(logging.WARNING)  # not "Uploading package ..." at INFO
+    token_mode = os.environ.get("RAY_AUTH_MODE") == "token"  # the client sends the token itself then
     try:
         try:
-            return JobSubmissionClient(url)
+            return JobsApi(JobSubmissionClient(url), url, token_mode)
         except AuthenticationError:
             tokens = AuthenticationTokenLoader.instance()
             if not tokens.has_token(ignore_auth_mode=True):
@@ -68,13 +99,61 @@ def jobs_client(url: str) -> Any:
                     f"the Jobs API at {url} requires the cluster's token and this machine has none: set "
                     "RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)"
                 ) from None
-            return JobSubmissionClient(url, headers=dict(tokens.get_token_for_http_header(ignore_auth_mode=True)))
+            headers = dict(tokens.get_token_for_http_header(ignore_auth_mode=True))
+            return JobsApi(JobSubmissionClient(url, headers=headers), url, True)
     except (ConnectionError, RuntimeError, AuthenticationError) as exc:
         raise JobsUnavailable(
             f"the cluster's Jobs API at {url} (its dashboard, as the cluster registered it) does not answer: "
             f"{type(exc).__name__}: {_first_line(exc)}. A dashboard bound to 127.0.0.1 is only reachable on its "
             "own node: run this there, or start the head with `--dashboard-host 0.0.0.0`"
         ) from None
+
+
+NO_AGENT = "No available agent to submit job"
+"""What the dashboard answers (HTTP 500) when no dashboard agent serves jobs: on a head node,
+one whose HTTP port was taken, most often."""
+
+AGENT_PORT_FLAG = "--dashboard-agent-listen-port"
+
+
+def refusal(exc: BaseException) -> str:
+    """Why the cluster refused a job, and what to do when Ray's answer does not say it."""
+    if NO_AGENT not in str(exc):
+        return f"the cluster refused the job: {type(exc).__name__}: {_first_line(exc)}"
+    from ray._private import ray_constants
+
+    default = ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT
+    seen = _agent_trouble()
+    if seen is not None:
+        path, line = seen
+        cause = f"This node's dashboard agent log ({path}) says: {line.strip()}. "
+    else:
+        cause = (
+            "Its dashboard agent's log on the head node (logs/dashboard_agent.log of the session, under "
+            "/tmp/ray/session_latest unless `ray start --temp-dir` moved it) says why. "
+        )
+    return (
+        f"the cluster has no job agent to run the job (Ray answered: {NO_AGENT}). Jobs run in the dashboard "
+        f"agent of the head node, and that agent could not serve HTTP. {cause}Most often another Ray or "
+        f"program on that machine holds the agent's port ({default} by default): start the head again with "
+        f"`{AGENT_PORT_FLAG}` set to a free port (the ports a head needs and their flags: docs/detached.md)"
+    )
+
+
+_AGENT_TROUBLE = re.compile(r"address already in use|failed to bind|Failed to start HTTP server", re.IGNORECASE)
+
+
+def _agent_trouble() -> tuple[Path, str] | None:
+    """The last line of this node's dashboard agent log that says why it serves no HTTP (the
+    head's, when this runs on the head node), with the log's path; ``None`` when there is none."""
+    try:
+        node: Any = importlib.import_module("ray._private.worker")._global_node  # untyped, None until joined
+        logs = Path(node.get_logs_dir_path())
+        lines = (logs / "dashboard_agent.log").read_text(errors="replace").splitlines()
+    except Exception:  # not joined, or no such log on this node: the message says where to look
+        return None
+    found = [line for line in lines if _AGENT_TROUBLE.search(line)]
+    return (logs / "dashboard_agent.log", found[-1]) if found else None
 
 
 def runtime_env(working_dir: Path) -> dict[str, Any]:
