@@ -5,7 +5,7 @@ Ray. Not a test: run it on a quiet machine.
 
 Topology (every run): vectors (``VectorSpout``: feature vectors of ``examples/inference.py`` as
 float32 bytes) -> model, one task each, one acker. The work is the example's network
-(64 -> 256 -> 256 -> 8, numpy on one core); ``model`` is
+(64 -> 128 -> 128 -> 128 -> 8, numpy on one core); ``model`` is
 
 - per tuple: ``PerTuple``, a ``BasicBolt`` that calls the network on one vector per ``execute``;
 - batched: the example's ``Classify``, a ``BatchBolt`` that calls it on up to 64 at once.

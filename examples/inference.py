@@ -54,7 +54,8 @@ READINGS = 16
 DEVICES = 1024
 """Devices whose readings the events carry, in turn."""
 FEATURES = 4 * READINGS
-HIDDEN = 256
+HIDDEN = (128, 128, 128)
+"""The widths of the network's hidden layers."""
 CLASSES = 8
 ALERT = 0
 """The class that raises an alert."""
@@ -109,12 +110,12 @@ class Featurize(BasicBolt):
 
 
 class Network:
-    """A multi-layer perceptron, FEATURES -> HIDDEN -> HIDDEN -> CLASSES, its weights drawn from
+    """A multi-layer perceptron, FEATURES -> HIDDEN... -> CLASSES, its weights drawn from
     ``seed`` (every task builds the same one), on the array module ``xp`` (numpy or CuPy)."""
 
     def __init__(self, xp: ModuleType = np, seed: int = 7) -> None:
         rng = np.random.default_rng(seed)
-        sizes = (FEATURES, HIDDEN, HIDDEN, CLASSES)
+        sizes = (FEATURES, *HIDDEN, CLASSES)
         self.xp = xp
         self.layers = [
             (xp.asarray(rng.standard_normal((n_in, n_out), dtype=np.float32) / np.sqrt(n_in)), xp.zeros(n_out, "f4"))

@@ -133,5 +133,4 @@ class BatchBoltAdapter(BoltKind):
             for tup in tuples:
                 task.fail(tup)
             return
-        for tup in tuples:
-            task.ack(tup)
+        task.ack_each(tuples)

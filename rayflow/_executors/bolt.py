@@ -499,6 +499,30 @@ class BoltExecutor(Emitter):
         if self._timed:
             self._timed_out(tup)
 
+    def ack_each(self, tuples: list[Tuple]) -> None:
+        """``ack`` each of ``tuples`` not acked or failed yet: a kind that acks many at once
+        (a batch bolt's batch). Flat on purpose, as ``BasicBoltAdapter.run_inline``: the common
+        tuple, in one tree, goes straight into its acker's mail."""
+        mails = self.outbox.acker_mails
+        n_ackers = len(mails)
+        acked = 0
+        for tup in tuples:
+            tree = tup._tree
+            if tree is None:  # acked or failed already
+                continue
+            if tree.__class__ is int:
+                if tree:
+                    acks = mails[tree % n_ackers].acks
+                    acks[tree] = acks.get(tree, 0) ^ tup._val
+                tup._tree = None
+            else:
+                self.ack_trees(tup)
+            acked += 1
+        self.metrics.acked += acked
+        if self._timed:
+            for tup in tuples:
+                self._timed_out(tup)
+
     def fail(self, tup: Tuple) -> None:
         if tup._tree is None:
             return
