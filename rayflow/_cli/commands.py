@@ -179,7 +179,11 @@ def _run(
             console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
             return ExitCode.NOT_STARTED
         if page is not None:
-            page.serve(handle, loaded.topology)
+            try:
+                page.serve(handle, loaded.topology)
+            except BaseException:  # nobody would watch it: it goes with the run
+                handle.kill()
+                raise
         return Monitor(handle, loaded, duration).run()
 
 
