@@ -12,27 +12,35 @@ from urllib.parse import unquote_plus, urlsplit
 
 __all__ = ["SECRET_PARAMETERS", "redact_url", "scheme", "url_scheme"]
 
-SECRET_PARAMETERS = ("password", "passwd", "pwd", "pass", "secret", "token", "auth", "apikey", "credentials")
-"""A query parameter whose name ends so (ignoring case, ``_`` and ``-``) has its value redacted."""
-
 
 def redact_url(url: str) -> str:
-    """``url`` with every secret in it replaced by ``***``, fit for logs and error messages: the
-    password of its user info (``redis://:secret@host``) and the value of each query parameter
-    that carries one (``?password=secret``, ``?auth_token=...``)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # e.g. an unbalanced "[" in the host: nothing to show safely
-        return "<a malformed URL>"
-    # Edited in place, not re-assembled: ``urlunsplit`` would turn ``unix:///path`` into ``unix:/path``.
-    base, qmark, rest = url.partition("?")
-    if password is not None:
-        netloc = parts.netloc
-        base = base.replace(netloc, f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}", 1)
-    query, hash_, fragment = rest.partition("#")
+    """``url`` with every secret in it replaced by ``***``, fit for logs, errors and metrics:
+    the user info's password (``redis://:secret@host``) or, without a ``:``, the whole user info
+    (a NATS token: ``nats://secret@host``), and the value of each query parameter that carries
+    one (``?password=secret``, ``?auth_token=...``).
+
+    The user info ends at the *last* ``@`` of the URL, not at the first ``/``, ``?`` or ``#``:
+    a password written without percent-encoding may hold those (``redis://:pa/ss#1@host``), and
+    a URL parser would take them for the end of the host, leaving the password in clear. (An
+    ``@`` later in the URL, in a query value, makes more of it hidden: never less.)"""
+    scheme_end = url.find("://")
+    start = scheme_end + 3 if scheme_end >= 0 else 0  # no "://" (a typo): any "@" still ends a secret
+    at = url.rfind("@", start)
+    if at < 0:
+        return url[:start] + _redact_query(url[start:])
+    user, colon, _ = url[start:at].partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return url[:start] + shown + "@" + _redact_query(url[at + 1 :])
+
+
+def _redact_query(rest: str) -> str:
+    """``rest`` (what follows the user info) with each secret query parameter's value redacted."""
+    base, qmark, query = rest.partition("?")
+    if not qmark:
+        return rest
+    query, hash_, fragment = query.partition("#")
     query = "&".join(_redact_parameter(p) for p in query.split("&"))
-    return f"{base}{qmark}{query}{hash_}{fragment}"
+    return f"{base}?{query}{hash_}{fragment}"
 
 
 def scheme(url: object) -> str:
@@ -51,6 +59,10 @@ def url_scheme(url: object) -> str:
     if not isinstance(url, str):
         return f"a value of type {type(url).__name__}, not a URL"
     return f"a URL with scheme {scheme(url)!r}" if scheme(url) else "a URL without a scheme, or malformed"
+
+
+SECRET_PARAMETERS = ("password", "passwd", "pwd", "pass", "secret", "token", "auth", "apikey", "credentials")
+"""A query parameter whose name ends so (ignoring case, ``_`` and ``-``) has its value redacted."""
 
 
 def _redact_parameter(parameter: str) -> str:
