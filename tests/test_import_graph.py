@@ -23,10 +23,6 @@ ROOT = Path(rayflow.__file__).parent
 KNOWN: list[tuple[tuple[str, ...], str]] = [
     # (module patterns a circle lies within, why it may be there for now)
     (
-        ("rayflow._executors.*",),
-        "issue 30: the executor and the bolt kinds' adapters (being put behind one seam)",
-    ),
-    (
         ("rayflow._runtime.*", "rayflow._ui", "rayflow._ui.*"),
         "issue 30: the runtime and its web page (the page is to take a handle, not be started by one)",
     ),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._anchoring import anchor, getrandbits, new_id, tree_acks
 from .._collectors import BasicOutputCollector, OutputCollector
@@ -21,10 +21,7 @@ from .._state.checkpoint import CHECKPOINT_STREAM, PREPARE, ROLLBACK
 from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
 from .base import Emitter, Link, Timer, logger
-from .bolt_kind import BoltKind, CheckpointDeferred
-
-if TYPE_CHECKING:  # only to name the factory's type: the kinds are chosen by ``make_executor``
-    from .kinds import KindFactory
+from .bolt_kind import BoltKind, CheckpointDeferred, KindFactory
 
 __all__ = ["BoltExecutor"]
 

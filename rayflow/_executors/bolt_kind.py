@@ -24,7 +24,7 @@ What a kind may override, each with a default that suits a plain bolt:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._components import Bolt
@@ -32,7 +32,7 @@ from .._errors import RayflowError
 from .._tuple import Tuple, TupleSource
 from .base import Timer
 
-__all__ = ["BoltKind", "CheckpointDeferred"]
+__all__ = ["BoltKind", "CheckpointDeferred", "KindFactory"]
 
 
 class CheckpointDeferred(RayflowError):
@@ -42,6 +42,8 @@ class CheckpointDeferred(RayflowError):
 
 
 class BoltKind(Bolt):
+    """Subclassed by each kind; its constructor takes ``(user_component, task)``."""
+
     inline = False
     """Does this kind run stream segments itself (``run_inline``) rather than ``execute`` each?"""
 
@@ -67,3 +69,7 @@ class BoltKind(Bolt):
 
     def snapshot(self) -> dict[str, Any]:
         return {}
+
+
+KindFactory = Callable[..., BoltKind]
+"""Builds a task's kind from ``(user_component, task)``: a ``BoltKind`` subclass (``kinds.py``)."""

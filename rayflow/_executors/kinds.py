@@ -6,25 +6,19 @@ a plain ``Bolt`` and runs as it is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._components import BasicBolt, BatchBolt, StatefulBolt
 from .._sinks import TwoPhaseCommitSink
 from .._windows.bolt import WindowedBolt
 from .basic_bolt import BasicBoltAdapter
 from .batch_bolt import BatchBoltAdapter
-from .bolt_kind import BoltKind
+from .bolt_kind import KindFactory
 from .stateful_bolt import StatefulBoltAdapter
 from .two_phase_commit import TwoPhaseCommitAdapter
 from .windowed_bolt import WindowedBoltAdapter
 
-if TYPE_CHECKING:  # a kind is built for a task; the executor module does not import this one
-    from .bolt import BoltExecutor
-
 __all__ = ["BOLT_KINDS", "KindFactory", "bolt_kind"]
-
-KindFactory = Callable[[Any, "BoltExecutor"], BoltKind]
 
 BOLT_KINDS: tuple[tuple[type[Any], KindFactory], ...] = (
     (WindowedBolt, WindowedBoltAdapter),
