@@ -114,8 +114,17 @@ class StatefulBoltAdapter(BoltKind):
         tree = tup._tree
         if tree is None:  # acked or failed already
             return
-        if self.exactly_once:
-            self._task.ack(tup)
+        if self.exactly_once:  # no holding: straight into the acker's mail, as the acker sums them
+            task = self._task
+            if tree.__class__ is int:
+                if tree:
+                    mails = task.outbox.acker_mails
+                    acks = mails[tree % len(mails)].acks
+                    acks[tree] = acks.get(tree, 0) ^ tup._val
+                tup._tree = None
+                task.acked_elsewhere(tup)
+            else:
+                task.ack(tup)
             return
         held = self.held
         if tree.__class__ is int:
