@@ -46,6 +46,17 @@ class HangingWriter:
         write_parquet(self.path)(df, batch_id)
 
 
+class ReplacingWriter:
+    """A ``foreach_batch`` as exactly-once asks of one: batch ``N`` replaces the directory
+    ``path/batch=N`` (written again, it is not added twice)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(f"{self.path}/batch={batch_id}")
+
+
 def cancel_all_jobs(spark: Any) -> None:
     """Cancel every Spark job of the shared Spark: after a test that started a job of hours, so
     that whatever it left running never holds the executor core the next tests need."""
