@@ -12,7 +12,9 @@ float32 bytes) -> model, one task each, one acker. The work is the example's net
 
 Throughput: ``--tuples`` vectors as fast as they go, the default pending budget; the figure is
 vectors acked per second from activation until the last one is acked. Rounds alternate the
-order of the two; the ratio is the median of the rounds' ratios (batched / per tuple).
+order of the two; the ratio is the median of the rounds' ratios (batched / per tuple). Beside
+it, the CPU each vector cost (``psutil``, every task actor of the run, and the model's task
+alone): on a box shared with other work, wall-clock rates follow the neighbours, CPU much less.
 
 Latency: the spout paced to ``--rate`` vectors a second for ``--latency-secs``, far below either
 bolt's capacity, so that no batch fills and each waits for its timeout: the spout's complete
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil  # type: ignore[import-untyped]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: find examples/
 
@@ -110,17 +113,21 @@ def run(
     handle = cluster.submit_topology(
         f"bench-{kind}", Config(message_timeout_secs=60), builder.create_topology(), active=False
     )
+    procs = {m["component"]: psutil.Process(m["pid"]) for m in handle.task_metrics().values()}
+    before = {cid: sum(p.cpu_times()[:2]) for cid, p in procs.items()}
     started = time.perf_counter()
     handle.activate()
     if not handle.wait(timeout=900, poll_secs=0.1):
         raise RuntimeError(f"{kind}: not done after 900 s")
     elapsed = time.perf_counter() - started
+    cpu = {cid: (sum(p.cpu_times()[:2]) - before[cid]) / total * 1e6 for cid, p in procs.items()}
     metrics = handle.metrics()
     handle.kill()
     spout = metrics["vectors"]
     assert spout["acked"] == total and metrics["model"]["errors"] == 0, metrics
     return {
         "tuples_per_s": total / elapsed,
+        "cpu_us": {"model": cpu["model"], "all": sum(cpu.values())},
         "complete_latency_ms": spout["complete_latency_ms"],
         "batch_size": metrics["model"].get("batch_size"),
     }
@@ -159,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput, {args.tuples:,} vectors, {args.rounds} rounds (medians):")
     for kind, label in (("per_tuple", "per tuple (BasicBolt)"), ("batched", "batched (BatchBolt, 64)")):
         rates = [r["tuples_per_s"] for r in results[kind]]
+        model, whole = (statistics.median(r["cpu_us"][part] for r in results[kind]) for part in ("model", "all"))
         print(
-            f"  {label:<26} {statistics.median(rates):>10,.0f} vectors/s  (rounds {min(rates):,.0f}-{max(rates):,.0f})"
+            f"  {label:<26} {statistics.median(rates):>10,.0f} vectors/s  (rounds {min(rates):,.0f}-{max(rates):,.0f});"
+            f"  CPU per vector: model task {model:.1f} us, all tasks {whole:.1f} us"
         )
     spread = f"rounds {min(ratios):.2f}-{max(ratios):.2f}x"
     print(f"  batched / per tuple        {results['ratio']['median']:>10.2f}x  ({spread})")

@@ -274,7 +274,7 @@ class TestMetrics:
 
         handle = FakeHandle("numbers")
         handle.tasks = {task.task_id: {**snapshot, "component": "double", "alive": True, "restarts": 0}}
-        recorder = MetricsRecorder(handle)  # type: ignore[arg-type]
+        recorder = MetricsRecorder(handle)
         recorder.poll()
         text = PrometheusExposition(recorder).render().decode()
         exported = {
@@ -349,7 +349,7 @@ class TestTopologyFile:
     def test_batch_size_and_timeout_are_keys_of_the_component(self, tmp_path: Path) -> None:
         loaded = load_topology(self.write(tmp_path, TOPOLOGY_FILE))
         bolt = loaded.topology.components["double"].component
-        assert (bolt.batch_size, bolt.batch_timeout_ms) == (4, 250.0)
+        assert isinstance(bolt, Doubler) and (bolt.batch_size, bolt.batch_timeout_ms) == (4, 250.0)
         assert Doubler.batch_size == 64  # the instance's, not the class's
         result = complete_topology(loaded.topology)
         assert batches(result) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
