@@ -18,8 +18,10 @@ alone): on a box shared with other work, wall-clock rates follow the neighbours,
 
 Latency: the spout paced to ``--rate`` vectors a second for ``--latency-secs``, far below either
 bolt's capacity, so that no batch fills and each waits for its timeout: the spout's complete
-latency (p50, p99) per tuple, batched with the default 20 ms timeout and with 5 ms. The
-difference is what the wait for a batch adds.
+latency (p50, p99) per tuple, batched with the default 20 ms timeout and with 5 ms, in
+``--latency-rounds`` rounds (the order rotating). Reported: the medians over the rounds, and
+the median of each round's difference from the per-tuple run of the same round -- what the
+wait for a batch adds.
 """
 
 from __future__ import annotations
@@ -139,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds, the order alternating")
     parser.add_argument("--rate", type=float, default=2_000.0, help="vectors a second in the latency runs")
     parser.add_argument("--latency-secs", type=float, default=10.0, help="length of each latency run")
+    parser.add_argument("--latency-rounds", type=int, default=3, help="latency rounds, the order rotating")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
 
-    results: dict[str, Any] = {"per_tuple": [], "batched": [], "latency": {}}
+    paced = {"per tuple": ("per_tuple", 20.0), "batched, 20 ms": ("batched", 20.0), "batched, 5 ms": ("batched", 5.0)}
+    results: dict[str, Any] = {"per_tuple": [], "batched": [], "latency": {name: [] for name in paced}}
     with LocalCluster() as cluster:
         for i in range(args.rounds):
             order = ["per_tuple", "batched"] if i % 2 == 0 else ["batched", "per_tuple"]
@@ -153,10 +157,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"batched {results['batched'][-1]['tuples_per_s']:,.0f}/s",
                 flush=True,
             )
-        paced = int(args.rate * args.latency_secs)
-        for name, kind, timeout_ms in (("per tuple", "per_tuple", 20.0), ("batched, 20 ms", "batched", 20.0),
-                                       ("batched, 5 ms", "batched", 5.0)):  # fmt: skip
-            results["latency"][name] = run(cluster, kind, paced, args.rate, timeout_ms)
+        names = list(paced)
+        for i in range(args.latency_rounds):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                kind, timeout_ms = paced[name]
+                results["latency"][name].append(
+                    run(cluster, kind, int(args.rate * args.latency_secs), args.rate, timeout_ms)
+                )
 
     ratios = [
         b["tuples_per_s"] / p["tuples_per_s"] for b, p in zip(results["batched"], results["per_tuple"], strict=True)
@@ -174,13 +181,22 @@ def main(argv: list[str] | None = None) -> int:
     spread = f"rounds {min(ratios):.2f}-{max(ratios):.2f}x"
     print(f"  batched / per tuple        {results['ratio']['median']:>10.2f}x  ({spread})")
     print()
-    print(f"complete latency at {args.rate:,.0f} vectors/s for {args.latency_secs:g} s, ms:")
-    base = results["latency"]["per tuple"]["complete_latency_ms"]
-    for name, result in results["latency"].items():
-        latency, batch = result["complete_latency_ms"], result["batch_size"]
-        sizes = f"  batches of {batch['mean']:.1f}" if batch else ""
-        added = f"  (+{latency['p50'] - base['p50']:.1f} / +{latency['p99'] - base['p99']:.1f})" if batch else ""
-        print(f"  {name:<16} p50 {latency['p50']:6.1f}  p99 {latency['p99']:6.1f}{added}{sizes}")
+    rounds = args.latency_rounds
+    print(f"complete latency at {args.rate:,.0f} vectors/s for {args.latency_secs:g} s, {rounds} rounds (medians), ms:")
+    base = results["latency"]["per tuple"]
+    for name, runs in results["latency"].items():
+        p50, p99 = (statistics.median(r["complete_latency_ms"][q] for r in runs) for q in ("p50", "p99"))
+        line = f"  {name:<16} p50 {p50:6.1f}  p99 {p99:6.1f}"
+        if runs[0]["batch_size"]:
+            added = [
+                statistics.median(
+                    r["complete_latency_ms"][q] - b["complete_latency_ms"][q] for r, b in zip(runs, base, strict=True)
+                )
+                for q in ("p50", "p99")
+            ]
+            size = statistics.median(r["batch_size"]["mean"] for r in runs)
+            line += f"  added: p50 {added[0]:+.1f}, p99 {added[1]:+.1f}  (batches of {size:.1f})"
+        print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
