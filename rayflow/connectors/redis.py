@@ -42,6 +42,22 @@ entries.
 The group is created (with ``MKSTREAM``) at id ``0`` when missing, so entries added before the
 topology first started are read too. A lost connection is retried with backoff and reported once
 per outage; acks that could not be sent wait and go out once Redis answers again.
+
+Exactly-once (``processing_guarantee="exactly_once"``): the consumer's pending list is the
+spout's rewindable input. ``ack`` comes only when the checkpoint covering the entry commits, so
+an entry stays pending until then, and the spout emits its own entries in id order (its pending
+list from the cursor, then new ones, which are above every id it has): ``position()`` is the id
+of the last entry emitted, and everything of this consumer's pending at or below it was emitted
+before the cut, everything above it was not. ``seek(position)`` therefore drops what the task
+held (nothing of it was committed), reads its own pending list again from just after
+``position`` (``XREADGROUP`` with an explicit id) before reading new entries, and ``XACK``s
+what is still pending at or below ``position``: those were committed, and their ``XACK`` was
+lost (a task killed between the commit and the ack's write). Nothing is claimed under
+exactly-once: an entry pending with another task of the spout was emitted by it, and a claim
+would emit it twice if that task's cut committed it; each task's entries are read again by it
+alone (a restarted task keeps its consumer name, and so does the topology submitted again under
+the same name). Entries pending with a consumer no task of the topology is (a spout made
+smaller, a program of another kind) stay where they are: see ``docs/brokers.md``.
 """
 
 from __future__ import annotations
@@ -132,6 +148,9 @@ class RedisStreamSpout(Spout):
       ``conf["topology.name"]``, which ``submit_topology`` sets; without one, no prefix): two
       topologies reading one group need different topology names or component ids. A restarted
       task keeps its name, so it reads its own pending entries first.
+    - Exactly-once: ``position()`` is the id of the last entry emitted, ``seek`` reads the
+      consumer's pending entries again from after it and ``XACK``s those at or below it; no
+      entry is claimed from another consumer (the module docstring says why).
 
     Example::
 
@@ -224,6 +243,15 @@ class RedisStreamSpout(Spout):
         self._claim_every = self.claim_idle_ms / 2000.0
         self._read_at = 0.0
         self._values = _value_maker(self.fields, self.stream)
+        self._exactly_once = conf.get("processing_guarantee") == "exactly_once"
+        self._last = "0-0"
+        """Exactly-once: the id of the last entry emitted (``position``)."""
+        self._read_high = "0-0"
+        """The highest id read into the buffer: a read whose reply a broken connection lost is
+        read again from its own pending list after it (exactly-once; at-least-once reads the
+        whole list again, and skips what it holds)."""
+        self._settle_below: str | None = None
+        """Exactly-once, after a ``seek``: ``XACK`` what is still pending at or below this id."""
         self.replayed = 0
         """Entries emitted again after a fail."""
         self.claimed = 0
@@ -266,9 +294,12 @@ class RedisStreamSpout(Spout):
         if len(buffer) <= self._low:
             self._fill()
         emit, values = self._collector.emit, self._values
-        for _ in range(min(len(buffer), self._burst)):
+        burst = min(len(buffer), self._burst)
+        for _ in range(burst):
             entry_id, data = buffer.popleft()
             emit(values(entry_id, data), msg_id=entry_id)
+        if burst and self._exactly_once:
+            self._last = entry_id
 
     def upkeep(self) -> None:
         """What keeps Redis informed whether or not ``next_tuple`` is called (``_upkeep``);
@@ -289,7 +320,10 @@ class RedisStreamSpout(Spout):
         """Ask for more entries, ahead of need: a claim scan when due, else a read (sent, its
         reply taken by a later ``next_tuple``)."""
         now = time.monotonic()
-        if now >= self._claim_at:
+        if self._exactly_once:
+            if self._settle_below is not None:
+                self._call(self._ack_committed)
+        elif now >= self._claim_at:
             self._call(self._claim)
         if self._reading or now < self._read_at or (self._outage.down and not self._outage.due()):
             return
@@ -313,6 +347,8 @@ class RedisStreamSpout(Spout):
             entries = next(iter(reply.values()))
         else:
             entries = reply[0][1]
+        if entries:
+            self._read_high = _text(entries[-1][0])
         if self._backlog is not None:
             self._backlog = _text(entries[-1][0]) if entries else None
             if entries:
@@ -364,6 +400,51 @@ class RedisStreamSpout(Spout):
         entry = {text_or_bytes(k): text_or_bytes(v) for k, v in data.items()}
         self._held[entry_id] = entry
         self._buffer.append((entry_id, entry))
+
+    # -- exactly-once --------------------------------------------------------------------------
+    def position(self) -> str:
+        """The id of the last entry emitted (``"0-0"``: none yet). Every entry of this consumer's
+        pending list at or below it was emitted before it was taken, every one above was not."""
+        return self._last
+
+    def seek(self, position: str) -> None:
+        """Go back to ``position`` (a rollback, or a restarted task): what the task holds is
+        dropped (none of it was committed), its pending entries after ``position`` are read
+        again before new ones, and those at or below it, committed, are ``XACK``-ed. Never waits:
+        the reads and the ``XACK`` go with the next ``next_tuple``."""
+        self._buffer.clear()
+        self._held.clear()
+        self._failed.clear()
+        self._claiming = {}
+        self._counts.clear()
+        self._sent = deque(("stale", ids) if kind == "read" else (kind, ids) for kind, ids in self._sent)
+        self._reading = False
+        self._read_at = 0.0
+        self._last = self._read_high = self._backlog = position
+        self._settle_below = None if position == "0-0" else position
+
+    def _ack_committed(self) -> None:
+        """``XACK`` what this consumer still has pending at or below the position it sought:
+        those entries' checkpoint committed, and their ``XACK`` was lost. Waits for Redis."""
+        assert self._settle_below is not None
+        settled = 0
+        while True:
+            rows: Any = self._client.xpending_range(
+                self.stream, self.group, "-", self._settle_below, MAX_READ, consumername=self.consumer
+            )
+            ids = [row["message_id"] for row in rows]
+            if ids:
+                self._client.xack(self.stream, self.group, *ids)
+                settled += len(ids)
+            if len(ids) < MAX_READ:
+                break
+        if settled:
+            logger.info(
+                "%s: %d entries committed by the last checkpoint were still pending (their XACK was lost): acked",
+                self._outage.where,
+                settled,
+            )
+        self._settle_below = None
 
     # -- results ------------------------------------------------------------------------------
     def ack(self, msg_id: Any) -> None:
@@ -516,6 +597,7 @@ class RedisStreamSpout(Spout):
                     self._counts[ids[0]] = int(reply[0][3]) if reply else 0
                 elif kind == "claim":
                     self._claimed(reply)
+                # "stale": a read sent before a ``seek``; what it brought is read again after it
         except _BROKEN as exc:
             self._broken(exc)
             return
@@ -537,7 +619,7 @@ class RedisStreamSpout(Spout):
         self._emit_again(claiming)  # their claim may be lost: emitted again without one
         self._replies = None
         self._reading = False
-        self._backlog = "0"
+        self._backlog = self._read_high if self._exactly_once else "0"
         if self._conn is not None:
             self._conn.disconnect()
         self._outage.failed(self._explained(exc))
