@@ -52,10 +52,30 @@ Broker acks go out in batches, since one ``basic_ack`` per message costs a socke
 Delivery tags are numbers of one channel. After a reconnect the broker has already requeued
 what the old channel held, so the ``msg_id`` is ``(channel generation, delivery tag)`` and acks
 or fails for an older generation are dropped (their messages come again, at-least-once).
+
+Exactly-once (``processing_guarantee="exactly_once"``). A queue cannot rewind, but a message the
+broker has not heard an ack for is still the spout's to give back: ``ack`` comes only when the
+checkpoint covering the message commits, so every message emitted since the last commit is
+unacked, and a rollback (``seek``) hands those back to the queue (``basic.nack``, requeue) to be
+delivered again, to this task or another. The ``msg_id`` is then a number of the spout's own
+(the same message may arrive on a later channel). What a rollback cannot undo is an ack the
+broker never got: a task killed between a commit and its acks' write, or a connection lost
+with acks on it, and the broker delivers those messages again although they were counted. So
+the position taken at each checkpoint holds the AMQP ``message_id`` of every message the
+checkpoint covers whose ack the broker may not have, and a message redelivered (``redelivered``
+set) with one of those ids is acked at once, not emitted. An id leaves that set once the broker
+has confirmed the ack (``QueueConsumer.sync``: its reply means every ack written before it was
+handled), or ``RECOGNISE_SECS`` after its ack's channel was lost (the broker redelivers what a
+lost channel held at once). A message without a ``message_id`` cannot be recognised: after a
+lost ack it is counted again (the spout says so in its log). A connection lost while messages
+of the coming checkpoint were unacked on it (the broker has requeued them, and will deliver
+them again) makes the next ``position()`` raise, which fails that checkpoint and takes the
+topology back to the last one: nothing emitted on the lost channel is committed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import deque
@@ -75,6 +95,7 @@ from ._amqp.consumer import QueueConsumer
 from ._amqp.errors import AmqpError, ConsumerCancelled
 from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
+from ._errors import BrokerError
 from ._outage import Outage
 from ._upkeep import Upkeep
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
@@ -119,6 +140,11 @@ UPKEEP_SECS = 0.1
 and about twice the ack linger."""
 CONNECT_TIMEOUT_SECS = 3.0
 """Socket timeout for a (re)connect: the longest a connect attempt can hold up the task."""
+
+RECOGNISE_SECS = 60.0
+"""Exactly-once: how long a committed message whose ack may be lost (its channel is gone, or
+the task restarted) is recognised when it is delivered again. The broker requeues what a lost
+channel held at once, so it comes back within a checkpoint or two."""
 
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 """Set by quorum queues: how often the broker delivered the message before (nacked back, or
@@ -228,6 +254,27 @@ class RabbitMQSpout(Spout):
         )
         """The connection being made on a thread of its own after an outage."""
         self._plain_body = self.fields == ("body",)
+        self._exactly_once = conf.get("processing_guarantee") == "exactly_once"
+        self._serials = itertools.count(1)
+        self._emitted: dict[int, tuple[int, int, str | None]] = {}
+        """Exactly-once: the messages emitted and not committed, by ``msg_id``: (channel
+        generation, delivery tag, ``message_id``)."""
+        self._committed: dict[str, float] = {}
+        """Exactly-once: the ``message_id``s of committed messages whose ack the broker may not
+        have, and until when to recognise each (infinity while its ack waits for the broker's
+        confirmation on the live channel)."""
+        self._unwritten: dict[int, str] = {}
+        """Exactly-once: delivery tag -> ``message_id`` of the committed messages whose ack is
+        not written yet."""
+        self._confirming: deque[tuple[int, list[str]]] = deque()
+        """Exactly-once: (sync, ``message_id``s) of acks written, waiting for that sync."""
+        self._roll_back_why: str | None = None
+        """Exactly-once: why the next checkpoint must fail (``position`` raises)."""
+        self._sought = False
+        self._warned_anonymous = False
+        self.recognised = 0
+        """Exactly-once: messages delivered again after their checkpoint committed, acked and
+        not emitted."""
         self._upkeep = Upkeep(self.upkeep, UPKEEP_SECS, collector.report_error)
         try:
             self._connected(self._open_channel())
@@ -259,6 +306,8 @@ class RabbitMQSpout(Spout):
 
     def _disconnect(self) -> None:
         connection, self._connection = self._connection, None
+        if self._exactly_once:
+            self._channel_lost()
         self._buffer.clear()
         self._held.clear()
         self._replays.clear()
@@ -276,6 +325,9 @@ class RabbitMQSpout(Spout):
         buffer = self._buffer
         if not buffer and self._connection is not None:
             self._receive(self._connection)
+        if self._exactly_once:
+            self._emit_covered(buffer)
+            return
         emit, held, generation = self._collector.emit, self._held, self._generation
         for _ in range(min(len(buffer), self._burst)):
             delivery = buffer.popleft()
@@ -306,6 +358,8 @@ class RabbitMQSpout(Spout):
         except _BROKEN as exc:
             self._lost(exc)
             return
+        if self._confirming:
+            self._confirmed(connection.synced)
         if not deliveries:
             return
         if self._broker_counts is None:
@@ -313,8 +367,8 @@ class RabbitMQSpout(Spout):
                 if delivery.redelivered:
                     self._broker_counts = _delivery_count(delivery.properties) is not None
                     break
-        self._buffer.extend(deliveries)
         self._acks.delivered([delivery.tag for delivery in deliveries])
+        self._buffer.extend(self._recognised(deliveries) if self._committed else deliveries)
 
     def _values(self, delivery: Delivery) -> list[Any]:
         values: list[Any] = []
@@ -330,14 +384,19 @@ class RabbitMQSpout(Spout):
     # -- results ------------------------------------------------------------------------------
     def ack(self, msg_id: Any) -> None:
         """Mark the delivery done; the broker hears of it with the next flush of acks."""
-        generation, tag = msg_id
-        if generation != self._generation or tag not in self._acks:
-            self.stale_acks += 1
-            return
+        if self._exactly_once:
+            tag = self._committed_tag(msg_id)
+            if tag is None:
+                return
+        else:
+            generation, tag = msg_id
+            if generation != self._generation or tag not in self._acks:
+                self.stale_acks += 1
+                return
+            self._held.pop(tag, None)
+            if self._replays:
+                self._replays.pop(tag, None)
         self._acks.done(tag)
-        self._held.pop(tag, None)
-        if self._replays:
-            self._replays.pop(tag, None)
         if not self._active:  # no ``next_tuple`` to flush on the linger: no waiting
             self._guard(self._flush_acks, True)
         elif self._acks.waiting >= self._ack_batch or time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
@@ -388,8 +447,130 @@ class RabbitMQSpout(Spout):
         if connection is None or not self._acks.waiting:
             return
         self._flushed_at = time.monotonic()
-        for tag, multiple in self._acks.acks(everything):
+        acks = self._acks.acks(everything)
+        for tag, multiple in acks:
             connection.ack(tag, multiple=multiple)
+        if self._unwritten:
+            self._written(connection, acks)
+
+    # -- exactly-once -------------------------------------------------------------------------
+    def _emit_covered(self, buffer: deque[Delivery]) -> None:
+        """``next_tuple``'s emits under exactly-once: each message under a number of the
+        spout's own, kept (unacked) until its checkpoint commits or is rolled back."""
+        emit, emitted, generation, serials = self._collector.emit, self._emitted, self._generation, self._serials
+        self._sought = True  # a task that emitted is past its first seek
+        for _ in range(min(len(buffer), self._burst)):
+            delivery = buffer.popleft()
+            key = delivery.properties.message_id
+            if key is None and not self._warned_anonymous:
+                self._warned_anonymous = True
+                logger.warning(
+                    "%s: a message without a message_id under exactly-once: if its ack is lost (a task killed "
+                    "right after a checkpoint, a connection lost), the broker delivers it again and it is counted "
+                    "again; publish every message with a unique message_id to have it recognised",
+                    self._outage.where,
+                )
+            serial = next(serials)
+            emitted[serial] = (generation, delivery.tag, key)
+            values = [text_or_bytes(delivery.body)] if self._plain_body else self._values(delivery)
+            emit(values, msg_id=serial)
+
+    def _committed_tag(self, serial: int) -> int | None:
+        """``ack`` under exactly-once (a commit): the delivery tag to ack, if its channel is the
+        live one; else ``None``, and the message is to be recognised when it comes back."""
+        entry = self._emitted.pop(serial, None)
+        if entry is None:
+            self.stale_acks += 1
+            return None
+        generation, tag, key = entry
+        if generation == self._generation and tag in self._acks:
+            if key is not None:
+                self._committed[key] = float("inf")
+                self._unwritten[tag] = key
+            return tag
+        self.stale_acks += 1
+        if key is not None:
+            self._committed[key] = time.monotonic() + RECOGNISE_SECS
+        else:
+            logger.warning(
+                "%s: a committed message without a message_id was delivered on a channel since lost: the broker "
+                "delivers it again, and it is counted again",
+                self._outage.where,
+            )
+        self._roll_back_why = "a checkpoint committed messages whose channel was lost (they may be emitted again)"
+        return None
+
+    def _written(self, connection: QueueConsumer, acks: list[tuple[int, bool]]) -> None:
+        """Acks of committed messages were written: their ``message_id``s are forgotten once
+        the broker confirms it has them (``_confirmed``)."""
+        top = max((tag for tag, multiple in acks if multiple), default=0)
+        alone = {tag for tag, multiple in acks if not multiple}
+        keys = [self._unwritten.pop(tag) for tag in list(self._unwritten) if tag <= top or tag in alone]
+        if keys:
+            self._confirming.append((connection.sync(), keys))
+
+    def _confirmed(self, synced: int) -> None:
+        while self._confirming and self._confirming[0][0] <= synced:
+            for key in self._confirming.popleft()[1]:
+                self._committed.pop(key, None)
+
+    def _recognised(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries to emit: a message delivered again whose checkpoint committed (its
+        ack lost) is acked instead."""
+        fresh = []
+        for delivery in deliveries:
+            key = delivery.properties.message_id
+            if delivery.redelivered and key is not None and key in self._committed:
+                self.recognised += 1
+                self._committed[key] = float("inf")
+                self._unwritten[delivery.tag] = key
+                self._acks.done(delivery.tag)
+            else:
+                fresh.append(delivery)
+        return fresh
+
+    def _channel_lost(self) -> None:
+        """The channel is gone with every ack not handled yet: each committed message it held
+        unacked is recognised for ``RECOGNISE_SECS``; messages emitted on it for the coming
+        checkpoint come again, so that checkpoint must not commit."""
+        deadline = time.monotonic() + RECOGNISE_SECS
+        for key, until in self._committed.items():
+            self._committed[key] = min(until, deadline)
+        self._unwritten.clear()
+        self._confirming.clear()
+        if any(generation == self._generation for generation, _, _ in self._emitted.values()):
+            self._roll_back_why = "the connection was lost with messages of the coming checkpoint unacked on it"
+
+    def position(self) -> list[str]:
+        """The ``message_id``s of the messages emitted so far whose ack the broker may not
+        have: those the coming checkpoint covers, and committed ones not confirmed yet. Raises
+        ``BrokerError`` when the coming checkpoint must not commit (its messages' channel was
+        lost)."""
+        if self._roll_back_why is not None:
+            raise BrokerError(f"{self._outage.where}: {self._roll_back_why}: back to the last checkpoint")
+        now = time.monotonic()
+        for key in [key for key, until in self._committed.items() if until < now]:
+            del self._committed[key]
+        return [key for _, _, key in self._emitted.values() if key is not None] + list(self._committed)
+
+    def seek(self, position: list[str]) -> None:
+        """A rollback: every message emitted and not committed goes back to the queue
+        (``basic.nack``, requeue). A restarted task's first seek also recognises the messages
+        of ``position`` if the broker delivers them again: their checkpoint committed."""
+        live = [tag for generation, tag, _ in self._emitted.values() if generation == self._generation]
+        self._emitted.clear()
+        self._roll_back_why = None
+        if not self._sought:
+            self._sought = True
+            deadline = time.monotonic() + RECOGNISE_SECS
+            for key in position:
+                self._committed.setdefault(key, deadline)
+        for tag in live:
+            if self._connection is None:
+                break  # the broker requeues the rest
+            if tag in self._acks:
+                self._acks.settled(tag)
+                self._guard(self._connection.nack, tag, requeue=True)
 
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:

@@ -11,9 +11,13 @@ is rarer: message properties, and every method that is not a delivery.
 The contract:
 
 - ``QueueConsumer.connect`` waits (run it off the task's thread): see ``handshake``.
-- ``poll``, ``consume``, ``ack``, ``nack`` and ``reject`` never wait for the broker. ``poll``
-  takes what the socket holds and returns the complete deliveries; the others queue their
-  frame and write what the socket takes at once, the rest on the next call.
+- ``poll``, ``consume``, ``ack``, ``nack``, ``reject`` and ``sync`` never wait for the broker.
+  ``poll`` takes what the socket holds and returns the complete deliveries; the others queue
+  their frame and write what the socket takes at once, the rest on the next call.
+- ``sync`` asks the broker for a reply that comes only once it has handled every frame written
+  before (a ``basic.qos`` with the channel's prefetch, which changes nothing: a consumer keeps
+  the prefetch it started with); ``synced`` counts the replies. An ack written before sync
+  ``n`` has reached the broker once ``synced >= n``: exactly-once needs to know that.
 - Liveness is ``poll``'s too: it writes a heartbeat when nothing was written for half the
   negotiated interval (RabbitMQ counts any bytes as one), and takes the connection for lost
   when nothing was read for two intervals. So ``poll`` must be called every fraction of the
@@ -101,6 +105,10 @@ class QueueConsumer:
         """The delivery being assembled frame by frame: its ``basic.deliver`` fields, then its
         properties and body size once the header came, then the body's parts."""
         self._closed = False
+        self._prefetch = 0
+        self._syncs = 0
+        self.synced = 0
+        """``sync`` calls the broker has answered (``basic.qos-ok``)."""
 
     @classmethod
     def connect(cls, params: pika.URLParameters, queue: str, prefetch: int, *, declare: bool = False) -> QueueConsumer:
@@ -109,6 +117,7 @@ class QueueConsumer:
         opened = open_channel(params, queue, prefetch, declare)
         consumer = cls(opened.sock, opened.heartbeat, opened.timeout)
         consumer._in = opened.rest
+        consumer._prefetch = prefetch
         return consumer
 
     # -- consuming (never waits) --------------------------------------------------------------
@@ -148,6 +157,13 @@ class QueueConsumer:
 
     def reject(self, tag: int, requeue: bool = False) -> None:
         self._send(reject_frame(tag, requeue))
+
+    def sync(self) -> int:
+        """Ask for the broker's word that it has handled what was written so far; returns the
+        number ``synced`` reaches when it has."""
+        self._send(method_frame(CHANNEL, pika.spec.Basic.Qos(prefetch_count=self._prefetch)))
+        self._syncs += 1
+        return self._syncs
 
     def poll(self) -> list[Delivery]:
         """The deliveries complete in what the socket holds now (and what it held before, left
@@ -358,6 +374,8 @@ class QueueConsumer:
             raise BrokerClosed(what, int(method.reply_code), str(method.reply_text))
         if isinstance(method, pika.spec.Basic.CancelOk):
             self._cancel_ok = True
+        elif isinstance(method, pika.spec.Basic.QosOk):
+            self.synced += 1
         elif isinstance(method, pika.spec.Basic.Cancel) and channel == CHANNEL:
             if self._consumer_tag is not None and method.consumer_tag.encode() == self._consumer_tag:
                 raise ConsumerCancelled(
