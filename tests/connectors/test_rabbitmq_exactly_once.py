@@ -65,9 +65,7 @@ def the_task(run: InProcessTopology) -> int:
 
 
 class TestCountedOnce:
-    def test_a_message_failed_after_half_its_words_is_counted_once(
-        self, queue: str, tmp_path: Path
-    ) -> None:
+    def test_a_message_failed_after_half_its_words_is_counted_once(self, queue: str, tmp_path: Path) -> None:
         publish(queue, ids=False)  # a rollback needs no message_id: what it voids goes back to the queue
         run = InProcessTopology(topology(spout(queue), frozenset({17, 101, 160})), exactly_once(tmp_path))
         assert drive(run, lambda: settled(run)), run.metrics()
@@ -142,9 +140,7 @@ class TestPositionAndSeek:
         second.close()
         assert sorted(take_all(queue)) == sorted(message(n).encode() for n in range(3, 6))
 
-    def test_a_connection_lost_with_messages_of_the_coming_checkpoint_fails_that_checkpoint(
-        self, queue: str
-    ) -> None:
+    def test_a_connection_lost_with_messages_of_the_coming_checkpoint_fails_that_checkpoint(self, queue: str) -> None:
         from rayflow.connectors._errors import BrokerError
 
         publish(queue, 3)
