@@ -125,13 +125,15 @@ class TestWriteParquet:
         assert staged(out) == []
 
     def test_at_least_once_is_as_before(self, failing: str, tmp_path: Path) -> None:
-        """At-least-once: batches numbered by the cluster's counter, and the words of sentence
-        13 written before it failed are written again."""
+        """At-least-once: the words of sentence 13 written before it failed are written again.
+        (More may be: the sink writes on a thread of its own in real time while the simulated
+        clock runs ahead, so a slow write can outlast a tree's timeout and be replayed.)"""
         out = tmp_path / "words"
         complete_topology(build(failing, DataFrameSink(write_parquet(out), batch_secs=0.5)))
         rows = table_rows(out)
         assert sorted(set(rows)) == expected_rows()
-        assert len(rows) == len(expected_rows()) + 2
+        assert len(rows) >= len(expected_rows()) + 2
+        assert staged(out) == []
 
 
 class TestForeachBatch:
