@@ -56,6 +56,22 @@ reported). Acks not written yet when a connection is lost go out on the next one
 ack may come from any connection); those the lost socket had taken are lost with it, and their
 messages come again after ``ack_wait`` (at-least-once). Messages in the buffer stay there.
 
+Exactly-once (``processing_guarantee="exactly_once"``). A consumer cannot rewind either, but
+what it has not heard an ack for is still the spout's to give back: ``ack`` comes only when the
+checkpoint covering the message commits, so every message emitted since is unacked (and kept
+from redelivery by the in-progress acks), and a rollback (``seek``) ``nak``s them all: JetStream
+delivers them again at once, to this task or another. What a rollback cannot undo is an ack the
+server never read (a task killed between a commit and its acks' write, a connection lost with
+acks in it): that message comes again after ``ack_wait`` although it was counted. So the
+position taken at each checkpoint holds the stream sequences of the messages it covers whose
+ack the server may not have read (as ranges, with one ack subject to make the others from),
+and an ack leaves that set once a ``PING`` written after it is answered (``Connection.probe``:
+the server has read it). A restarted task's first ``seek`` acks every sequence of its position
+at once, and any task recognises a message delivered again with a sequence of its set: acked,
+not emitted. A connection lost while messages of the coming checkpoint were held makes the next
+``position()`` raise, which fails that checkpoint and takes the topology back to the last one
+(the in-progress acks may have lapsed, and the server may deliver those messages again).
+
 URLs: ``nats://`` or ``tls://`` (always TLS: ``ssl.create_default_context()``, the host name
 checked, ``SSL_CERT_FILE`` for a private CA; a ``nats://`` server that requires TLS gets it
 too), with ``user:password@`` or a token as ``token@``. One server: the cluster's other
@@ -79,7 +95,18 @@ from ._connecting import Connecting
 from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._errors import BrokerError
 from ._nats.connection import API_SID, PULL_SID, Connection, api_answer, connect
-from ._nats.wire import PONG, Err, Message, NatsError, ack_metadata, header_fields, pub, refusal, status
+from ._nats.wire import (
+    PONG,
+    Err,
+    Message,
+    NatsError,
+    ack_metadata,
+    header_fields,
+    pub,
+    refusal,
+    status,
+    with_sequence,
+)
 from ._outage import Outage
 from ._upkeep import Upkeep
 from ._wire import redact_url, scheme, text_or_bytes, url_scheme
@@ -247,6 +274,20 @@ class NatsJetStreamSpout(Spout):
         self._active = True
         self.replayed = 0
         """Messages failed and handed back for redelivery (``nak``)."""
+        self._exactly_once = conf.get("processing_guarantee") == "exactly_once"
+        self._unconfirmed: dict[int, str] = {}
+        """Exactly-once: stream sequence -> ack subject of the committed messages whose ack the
+        server may not have read."""
+        self._to_confirm: list[int] = []
+        """Exactly-once: their sequences whose ack waits to be written (``_write``)."""
+        self._confirming: deque[tuple[int, list[int]]] = deque()
+        """Exactly-once: (probe, sequences) of acks written, waiting for that probe's ``PONG``."""
+        self._roll_back_why: str | None = None
+        """Exactly-once: why the next checkpoint must fail (``position`` raises)."""
+        self._sought = False
+        self.recognised = 0
+        """Exactly-once: messages delivered again after their checkpoint committed, acked and
+        not emitted."""
         collector.count("dead_lettered", 0)
         self._outage = Outage(
             f"NatsJetStreamSpout {self.stream!r} consumer {self.durable!r} task {context.this_task_id} "
@@ -275,6 +316,8 @@ class NatsJetStreamSpout(Spout):
         redelivers the pending trees' messages after ``ack_wait``."""
         self._active = False
         self._upkeep.stop()
+        if self._exactly_once:  # emitted and not committed: void, to be delivered again at once
+            self._out += [_nak(reply) for reply in (*self._emitted_before, *self._emitted_this_round)]
         self._out += [_nak(msg.reply) for msg in self._buffer if msg.reply]
         self._buffer.clear()
         conn, self._conn = self._conn, None
@@ -373,7 +416,8 @@ class NatsJetStreamSpout(Spout):
                 if frame.__class__ is Message:
                     if frame.sid == PULL_SID:
                         if frame.headers is None:
-                            self._buffer.append(frame)
+                            if not self._unconfirmed or not self._recognised(frame):
+                                self._buffer.append(frame)
                             self._requested -= 1
                         else:
                             self._status(frame, now)
@@ -391,11 +435,15 @@ class NatsJetStreamSpout(Spout):
                 self._requested, self._requested_at = self._fetch, now
         except _BROKEN as exc:
             self._broken(exc)
+            return
+        if self._confirming:
+            self._confirmed(conn.pongs)
 
     def _status(self, msg: Message, now: float) -> None:
         code, description = status(msg.headers)
         if code == 0:  # a message with headers of its own
-            self._buffer.append(msg)
+            if not self._unconfirmed or not self._recognised(msg):
+                self._buffer.append(msg)
             self._requested -= 1
         elif code == 409:
             self._requested = 0
@@ -456,6 +504,10 @@ class NatsJetStreamSpout(Spout):
     def ack(self, msg_id: Any) -> None:
         if self._emitted_this_round.pop(msg_id, None) is None and self._emitted_before.pop(msg_id, None) is None:
             return
+        if self._exactly_once:  # a commit: the message is recognised until the server read the ack
+            sequence = ack_metadata(msg_id)[1]
+            self._unconfirmed[sequence] = msg_id
+            self._to_confirm.append(sequence)
         out = self._out
         out.append(f"PUB {msg_id} 4\r\n+ACK\r\n")
         if len(out) >= ACK_BATCH or time.monotonic() - self._written_at >= ACK_LINGER_SECS:
@@ -493,9 +545,63 @@ class NatsJetStreamSpout(Spout):
         out, self._out = self._out, []
         try:
             conn.send("".join(out).encode())
+            if self._to_confirm:
+                self._confirming.append((conn.probe(), self._to_confirm))
+                self._to_confirm = []
         except _BROKEN as exc:
             self._out = out + self._out  # written again on the next connection: acks are idempotent
             self._broken(exc)
+
+    # -- exactly-once -------------------------------------------------------------------------
+    def position(self) -> tuple[str, list[tuple[int, int]]]:
+        """The stream sequences of the messages emitted so far whose ack the server may not
+        have read (those the coming checkpoint covers, and committed ones not confirmed yet),
+        as ranges, with one of their ack subjects to make the others' from (``("", [])``:
+        none). Raises ``BrokerError`` when the coming checkpoint must not commit (its
+        messages were held on a connection since lost)."""
+        if self._roll_back_why is not None:
+            raise BrokerError(f"{self._outage.where}: {self._roll_back_why}: back to the last checkpoint")
+        replies = [*self._emitted_before, *self._emitted_this_round]
+        sequences = sorted({ack_metadata(reply)[1] for reply in replies} | set(self._unconfirmed))
+        if not sequences:
+            return "", []
+        template = replies[0] if replies else next(iter(self._unconfirmed.values()))
+        return template, _ranges(sequences)
+
+    def seek(self, position: tuple[str, list[tuple[int, int]]]) -> None:
+        """A rollback: every message emitted and not committed is ``nak``-ed, to be delivered
+        again at once. A restarted task's first seek also acks every message of ``position``
+        (their checkpoint committed; the acks may have died with the task before it), and
+        recognises them until the server has read those acks."""
+        self._out += [_nak(reply) for reply in (*self._emitted_before, *self._emitted_this_round)]
+        self._emitted_before, self._emitted_this_round = {}, {}
+        self._roll_back_why = None
+        template, ranges = position
+        if not self._sought and template:
+            for first, last in ranges:
+                for sequence in range(first, last + 1):
+                    reply = with_sequence(template, sequence)
+                    self._unconfirmed[sequence] = reply
+                    self._to_confirm.append(sequence)
+                    self._out.append(f"PUB {reply} 4\r\n+ACK\r\n")
+            self._buffer = deque(msg for msg in self._buffer if not self._recognised(msg))
+        self._sought = True
+        self._write()
+
+    def _recognised(self, msg: Message) -> bool:
+        """Is ``msg`` a message whose checkpoint committed, delivered again (its ack lost)? It
+        is then acked, not emitted."""
+        if not msg.reply or ack_metadata(msg.reply)[1] not in self._unconfirmed:
+            return False
+        self.recognised += 1
+        self._to_confirm.append(ack_metadata(msg.reply)[1])
+        self._out.append(f"PUB {msg.reply} 4\r\n+ACK\r\n")
+        return True
+
+    def _confirmed(self, pongs: int) -> None:
+        while self._confirming and self._confirming[0][0] <= pongs:
+            for sequence in self._confirming.popleft()[1]:
+                self._unconfirmed.pop(sequence, None)
 
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:
@@ -585,11 +691,29 @@ class NatsJetStreamSpout(Spout):
             self._conn.close()
             self._conn = None
         self._requested = 0
+        if self._exactly_once:  # what the lost socket had taken may be lost: acked again on the next
+            self._confirming.clear()
+            self._to_confirm = list(self._unconfirmed)
+            self._out += [f"PUB {reply} 4\r\n+ACK\r\n" for reply in self._unconfirmed.values()]
+            if self._emitted_before or self._emitted_this_round:
+                self._roll_back_why = "the connection was lost while messages of the coming checkpoint were held"
         self._outage.failed(exc)
 
 
 def _nak(reply: str) -> str:
     return f"PUB {reply} 4\r\n-NAK\r\n"
+
+
+def _ranges(sequences: list[int]) -> list[tuple[int, int]]:
+    """Sorted ``sequences`` as ``(first, last)`` runs: a task's messages come in runs of its
+    pulls, so a checkpoint's position stays small."""
+    ranges: list[tuple[int, int]] = []
+    for sequence in sequences:
+        if ranges and sequence == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], sequence)
+        else:
+            ranges.append((sequence, sequence))
+    return ranges
 
 
 def _value_maker(fields: tuple[str, ...], stream: str) -> Callable[[Message], list[Any]]:

@@ -15,7 +15,9 @@ takes and keeps the rest for the next ``send``. (A blocking write stalled the ta
 server read acks slower than they came.) Only ``MAX_UNSENT`` bytes waiting make ``send`` wait,
 ``timeout`` at most: a server that reads nothing is then taken for gone. ``ping`` sends the
 client's own ``PING``: ``pings_out`` says how many the server has not answered yet, which is how
-a half-open connection (the server or the network gone without a word) is noticed.
+a half-open connection (the server or the network gone without a word) is noticed. ``probe``
+sends one that is not counted there: its ``PONG`` (``pongs`` reaching the number it returned)
+says the server has read everything written before it, the acks of a committed checkpoint say.
 
 A ``-ERR`` while waiting for an answer raises ``NatsError`` with the server's words, not a
 timeout: a permissions violation says so at once.
@@ -64,6 +66,7 @@ def connect(url: str, timeout: float) -> Connection:
         refused = conn.wait_for(lambda frame: frame == "PONG" or isinstance(frame, Err), timeout)
         if isinstance(refused, Err):
             raise NatsError(f"the NATS server refused the connection: {refusal(refused.text)}")
+        conn.pongs = 0  # the greeting's: ``probe`` counts from here
         inbox = f"_INBOX.{secrets.token_hex(11)}"
         conn.pull_inbox, conn.api_inbox = f"{inbox}.pull", f"{inbox}.api"
         conn.send(f"SUB {conn.pull_inbox} {PULL_SID}\r\nSUB {conn.api_inbox} {API_SID}\r\n".encode())
@@ -104,6 +107,10 @@ class Connection:
         """The JetStream consumer's config as the server gave it (``connect``'s caller sets it)."""
         self.pings_out = 0
         """``PING``s sent by ``ping`` and not answered yet."""
+        self.pings = 0
+        """``PING``s sent by ``ping`` and ``probe``."""
+        self.pongs = 0
+        """``PONG``s received for them (the server answers in order)."""
         self._buf = b""
         self._pos = 0
         self._frames: list[Frame] = []
@@ -152,6 +159,7 @@ class Connection:
         if controls:
             if PONG in controls:
                 self.pings_out = 0
+                self.pongs += controls.count(PONG)
             if PING in controls:
                 self.send(b"PONG\r\n")
                 frames = [frame for frame in frames if frame != PING]
@@ -160,7 +168,15 @@ class Connection:
     def ping(self) -> None:
         """Send a ``PING`` (its ``PONG`` resets ``pings_out``), without waiting."""
         self.pings_out += 1
+        self.pings += 1
         self.send(b"PING\r\n")
+
+    def probe(self) -> int:
+        """Send a ``PING`` without waiting, not counted in ``pings_out``; returns the number
+        ``pongs`` reaches once the server has read what was written before it."""
+        self.pings += 1
+        self.send(b"PING\r\n")
+        return self.pings
 
     def send(self, data: bytes) -> None:
         """Write ``data`` after what waits unsent, as much as the socket takes now; the rest

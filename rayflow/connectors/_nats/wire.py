@@ -45,6 +45,7 @@ __all__ = [
     "pub",
     "refusal",
     "status",
+    "with_sequence",
 ]
 
 _CRLF = b"\r\n"
@@ -182,6 +183,15 @@ def header_fields(headers: bytes | None) -> dict[str, str] | None:
         if key and not any(c.isspace() for c in key):
             fields[key] = value.strip().decode("utf-8", "replace")
     return fields or None
+
+
+def with_sequence(reply: str, sequence: int) -> str:
+    """The ack subject of stream sequence ``sequence``, made from ``reply``, the ack subject
+    of another message of the same consumer: JetStream settles an ack by its stream sequence
+    (what a restarted spout needs to ack a message it knows by its sequence only)."""
+    tokens = reply.split(".")
+    tokens[5 if len(tokens) == 9 else 7] = str(sequence)
+    return ".".join(tokens)
 
 
 def ack_metadata(reply: str) -> tuple[int, int]:
