@@ -2,6 +2,8 @@
 speed? Not a test: run it on a quiet machine.
 
     python benchmarks/revisions.py BASE [HEAD] [--rounds 4] [--runs 5] [--sentences 400000]
+    python benchmarks/revisions.py BASE [HEAD] --inprocess [--tasks N]     # CPU per word, no Ray
+    python benchmarks/revisions.py BASE [HEAD] --instructions [--tasks N]  # under callgrind
 
 Each revision is exported with ``git archive`` into a temporary directory (the working tree is
 not touched; ``HEAD`` by default). A round starts one process per revision, the order turned
@@ -10,9 +12,16 @@ round every round, each with its own local Ray; every process runs a warm-up top
 acker, and reports words/s for each. The verdict is the ratio of the medians over all runs,
 and each round's ratio of medians, so that a machine whose speed drifts shows as spread.
 
+``--inprocess`` runs each revision's ``benchmarks/inprocess.py`` instead (the executors and
+the pickled wire without Ray; ``--runs`` runs of ``--sentences`` per process, default 50,000),
+interleaved the same way, and compares CPU microseconds per word. ``--instructions`` counts
+instructions per word with valgrind's callgrind (two sizes, the difference divided by the words
+between them, as ``inprocess.py`` describes): deterministic, so one count per revision, and
+immune to a busy machine's noise.
+
 The child processes import rayflow, ``examples/wordcount.py`` and ``benchmarks/wordcount.py``
-from the exported tree: a revision must have them (every revision since the word-count
-benchmark was written does).
+(or ``benchmarks/inprocess.py``) from the exported tree: a revision must have them (every
+revision since the word-count benchmark was written does).
 """
 
 from __future__ import annotations
@@ -20,12 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,17 +113,79 @@ def measure(tree: Path, runs: int, sentences: int) -> list[float]:
     raise SystemExit(f"the run of {tree.name} failed:\n{done.stderr[-3000:]}")
 
 
+def cpu_per_word(tree: Path, runs: int, sentences: int, tasks: int) -> list[float]:
+    """The in-process word count's CPU microseconds per word: the best and the median of ``runs``."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/inprocess.py", "--runs", str(runs), "--sentences", str(sentences)]
+        + ["--split", str(tasks), "--count", str(tasks)],
+        capture_output=True,
+        text=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    found = re.search(r"best ([\d.]+) us/word, median ([\d.]+) us/word", done.stdout)
+    if found is None:
+        raise SystemExit(f"the in-process run of {tree.name} failed:\n{done.stderr[-3000:]}")
+    return [float(found[1]), float(found[2])]
+
+
+def instructions(tree: Path, sentences: int, tasks: int) -> int:
+    """Instructions the in-process word count of ``sentences`` takes, set-up included (callgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+        + ["benchmarks/inprocess.py", "--runs", "1", "--sentences", str(sentences)]
+        + ["--split", str(tasks), "--count", str(tasks)],
+        capture_output=True,
+        text=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind on {tree.name} failed:\n{done.stderr[-3000:]}")
+    return int(found[1])
+
+
+def compare_instructions(trees: dict[str, Path], revisions: list[str], tasks: int) -> int:
+    """Instructions per word of each revision: two sizes each, all counted at once."""
+    sizes = (1000, 6000)
+    sys.path.insert(0, str(REPO))
+    from benchmarks.wordcount import words_in
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        counts = {(rev, n): pool.submit(instructions, trees[rev], n, tasks) for rev in revisions for n in sizes}
+    words = words_in(sizes[1]) - words_in(sizes[0])
+    per_word = {rev: (counts[rev, sizes[1]].result() - counts[rev, sizes[0]].result()) / words for rev in revisions}
+    for rev in revisions:
+        print(f"{rev:>12s}  {per_word[rev]:>10,.0f} instructions per word")
+    base, head = revisions
+    print(f"{head} / {base}: {per_word[head] / per_word[base]:.3f}x instructions")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", help="the revision compared against (a commit, tag or branch)")
     parser.add_argument("head", nargs="?", default="HEAD", help="the revision measured (default HEAD)")
     parser.add_argument("--rounds", type=int, default=4, help="processes per revision, interleaved")
     parser.add_argument("--runs", type=int, default=5, help="topologies per process")
-    parser.add_argument("--sentences", type=int, default=400_000, help="sentences per topology")
+    parser.add_argument("--sentences", type=int, help="sentences per topology (400,000; in process 50,000)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--inprocess", action="store_true", help="compare the in-process CPU per word")
+    mode.add_argument("--instructions", action="store_true", help="compare instructions per word (callgrind)")
+    parser.add_argument("--tasks", type=int, default=1, help="split and count tasks in process")
     args = parser.parse_args(argv)
     revisions = [args.base, args.head]
     with tempfile.TemporaryDirectory(prefix="rayflow-revisions-") as scratch:
         trees = {rev: export(rev, Path(scratch)) for rev in revisions}
+        if args.instructions:
+            return compare_instructions(trees, revisions, args.tasks)
+        if args.inprocess:
+            return compare_inprocess(trees, revisions, args.rounds, args.runs, args.sentences or 50_000, args.tasks)
+        args.sentences = args.sentences or 400_000
         rates: dict[str, list[list[float]]] = {rev: [] for rev in revisions}
         for round_ in range(args.rounds):
             for rev in revisions if round_ % 2 == 0 else reversed(revisions):
@@ -129,6 +203,26 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.head} / {args.base}: {medians[args.head] / medians[args.base]:.3f}x "
         f"(rounds: {', '.join(f'{r:.3f}' for r in rounds)})"
     )
+    return 0
+
+
+def compare_inprocess(
+    trees: dict[str, Path], revisions: list[str], rounds: int, runs: int, sentences: int, tasks: int
+) -> int:
+    """Each revision's in-process CPU per word, a process per revision and round, interleaved."""
+    best: dict[str, list[float]] = {rev: [] for rev in revisions}
+    for round_ in range(rounds):
+        for rev in revisions if round_ % 2 == 0 else reversed(revisions):
+            figures = cpu_per_word(trees[rev], runs, sentences, tasks)
+            best[rev].append(figures[0])
+            print(f"round {round_ + 1} {rev}: best {figures[0]:.3f}, median {figures[1]:.3f} us/word", flush=True)
+    print()
+    base, head = revisions
+    for rev in revisions:
+        print(f"{rev:>12s}  median of the rounds' best {statistics.median(best[rev]):.3f} us/word")
+    ratios = [h / b for b, h in zip(best[base], best[head], strict=True)]
+    each = ", ".join(f"{r:.3f}" for r in ratios)
+    print(f"{head} / {base}: {statistics.median(ratios):.3f}x CPU per word (rounds: {each})")
     return 0
 
 

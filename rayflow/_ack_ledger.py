@@ -19,6 +19,12 @@ init arrived: acks and fails that overtake the init are kept and settled when it
 only the init tells which spout task to report to. A tree that sees no message for ``buckets``
 rotations is forgotten (the spout's own pending map has already timed it out and failed it).
 
+Where trees live. A tree starts *young*: an entry ``root -> [checksum, owner]`` of a dict,
+which a message finds and updates with a hash lookup at C speed -- most trees settle there,
+within milliseconds of their init. Every rotation, and whenever more than ``young`` trees are
+young at once, the young trees move to the *table*, where a tree costs far less memory and
+which the Python code probes itself. A tree in the table stays there until it settles or expires.
+
 Why flat arrays: an acker may hold a million pending trees, and a dict of Python ints costs
 ~170 bytes a tree (the root and checksum are 40-byte objects each, plus the entry). Here a tree
 is one slot of an open-addressing table (linear probing, at most half full) spread over four
@@ -26,7 +32,8 @@ arrays -- root, checksum, owner, expiry stamp -- 21 bytes a slot, 42 to 84 bytes
 ids are random 64-bit numbers, so their low bits index the table directly; root 0 is reserved
 (``anchoring.new_id`` never makes it). Expiry needs no per-tree timer: each slot is stamped with
 the rotation it was last touched in, and a rotation drops the one cohort that has aged out,
-found with ``bytearray.find`` at C speed.
+found with ``bytearray.find`` at C speed. Young trees need no stamp: they were all touched
+since the last rotation, which stamps them as it moves them.
 """
 
 from __future__ import annotations
@@ -41,11 +48,13 @@ from ._anchoring import ID_TYPECODE
 __all__ = ["AckLedger", "Outcome", "Settled"]
 
 ACKER_BUCKETS = 3
+YOUNG_TREES = 16_384
+"""Young trees at most, by default: about 200 bytes each, so a few MB at most."""
 MIN_CAPACITY = 1024
 _FREE = 255
 """The stamp of an empty slot; live stamps count rotations modulo 255, so never equal it."""
 _FAILED = 1
-"""Low bit of a slot's owner word; the spout task is the rest (0 until the init arrived)."""
+"""Low bit of a tree's owner word; the spout task is the rest (0 until the init arrived)."""
 
 
 class Outcome(NamedTuple):
@@ -65,11 +74,15 @@ def _acked_and_failed() -> tuple[list[int], list[int]]:
 
 
 class AckLedger:
-    def __init__(self, buckets: int = ACKER_BUCKETS) -> None:
+    def __init__(self, buckets: int = ACKER_BUCKETS, young: int = YOUNG_TREES) -> None:
         if buckets < 2:
             raise ValueError("an AckLedger needs at least 2 buckets")
         self._buckets = buckets
         self._stamp = 0
+        self._young: dict[int, list[int]] = {}
+        """The young trees: root -> [checksum, owner word]. A root is young or in the table,
+        never both."""
+        self._most_young = max(1, young)
         self._allocate(MIN_CAPACITY)
 
     def _allocate(self, capacity: int) -> None:
@@ -79,13 +92,150 @@ class AckLedger:
         self._owners = array("I", bytes(4 * capacity))
         self._stamps = bytearray(b"\xff") * capacity
         self._count = 0
+        """Trees in the table."""
 
     def __len__(self) -> int:
-        return self._count
+        return self._count + len(self._young)
+
+    # -- one message at a time ------------------------------------------------------------------
+    def _tree(self, root: int) -> list[int] | int:
+        """Where ``root``'s tree is: its young entry, or its slot in the table; a new young
+        entry if it is in neither (the oldest young trees moving to the table first if the
+        young are many)."""
+        tree = self._young.get(root)
+        if tree is not None:
+            return tree
+        if self._count:
+            i = self._find(root)
+            if i >= 0:
+                self._stamps[i] = self._stamp
+                return i
+        return self._new_young(root)
+
+    def _new_young(self, root: int) -> list[int]:
+        young = self._young
+        if len(young) >= self._most_young:
+            self._age()
+        tree = young[root] = [0, 0]
+        return tree
+
+    def _settle_young(self, root: int, tree: list[int]) -> Outcome | None:
+        val, owner = tree
+        if owner < 2 or val and not owner & _FAILED:  # no init yet, or pending
+            return None
+        del self._young[root]
+        return Outcome(owner >> 1, root, not owner & _FAILED)
+
+    def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
+        tree = self._tree(root)
+        if isinstance(tree, int):
+            self._vals[tree] ^= val
+            self._owners[tree] = spout_task << 1 | self._owners[tree] & _FAILED
+            return self._settle(tree)
+        tree[0] ^= val
+        tree[1] = spout_task << 1 | tree[1] & _FAILED
+        return self._settle_young(root, tree)
+
+    def ack(self, root: int, val: int) -> Outcome | None:
+        tree = self._tree(root)
+        if isinstance(tree, int):
+            self._vals[tree] ^= val
+            return self._settle(tree)
+        tree[0] ^= val
+        return self._settle_young(root, tree)
+
+    def fail(self, root: int) -> Outcome | None:
+        tree = self._tree(root)
+        if isinstance(tree, int):
+            self._owners[tree] |= _FAILED
+            return self._settle(tree)
+        tree[1] |= _FAILED
+        return self._settle_young(root, tree)
+
+    def reset_timeout(self, root: int) -> int | None:
+        """Refresh the tree's expiry; returns the spout task to forward the reset to, if known."""
+        tree = self._tree(root)
+        owner = self._owners[tree] if isinstance(tree, int) else tree[1]
+        return (owner >> 1) or None
+
+    # -- a whole payload ------------------------------------------------------------------------
+    def apply(self, spout_task: int, inits: Sequence[int], acks: Sequence[int], fails: Sequence[int]) -> Settled:
+        """One acker payload (``outbox.AckerPayload``): ``inits`` flat ``(root, val, root, val,
+        ...)`` from ``spout_task``, then ``acks``, flat the same way, and ``fails``, each
+        applied as ``init``, ``ack`` and ``fail`` would be, in that order. Returns the trees
+        settled, per spout task.
+
+        The two loops are ``init`` and ``ack`` written inline for a young tree: they run once
+        per acker message, the acker's whole cost. A tree in the table (rare: one that lived
+        through a rotation) takes the one-message path."""
+        settled: Settled = defaultdict(_acked_and_failed)
+        young = self._young
+        find = young.get
+        most_young = self._most_young
+        owner_word = spout_task << 1
+        pairs = iter(inits)
+        for root, val in zip(pairs, pairs, strict=False):
+            tree = find(root)
+            if tree is None:
+                if self._count and self._find(root) >= 0:
+                    _record(settled, self.init(root, val, spout_task))
+                    continue
+                if len(young) >= most_young:
+                    self._age()
+                tree = young[root] = [0, 0]
+            val ^= tree[0]
+            owner = owner_word | tree[1] & _FAILED
+            if val and not owner & _FAILED or owner < 2:
+                tree[0] = val
+                tree[1] = owner
+                continue
+            del young[root]
+            settled[owner >> 1][owner & _FAILED].append(root)
+        pairs = iter(acks)
+        for root, val in zip(pairs, pairs, strict=False):
+            tree = find(root)
+            if tree is None:
+                if self._count and self._find(root) >= 0:
+                    _record(settled, self.ack(root, val))
+                    continue
+                if len(young) >= most_young:
+                    self._age()
+                tree = young[root] = [0, 0]
+            val ^= tree[0]
+            owner = tree[1]
+            if val and not owner & _FAILED or owner < 2:
+                tree[0] = val
+                continue
+            del young[root]
+            settled[owner >> 1][owner & _FAILED].append(root)
+        for root in fails:  # rare: the plain path
+            _record(settled, self.fail(root))
+        return settled
+
+    # -- the table ------------------------------------------------------------------------------
+    def _age(self) -> None:
+        """Move every young tree to the table, stamped now."""
+        for root, (val, owner) in self._young.items():
+            i = self._slot(root)
+            self._vals[i] = val
+            self._owners[i] = owner
+        self._young.clear()
+
+    def _find(self, root: int) -> int:
+        """The slot of ``root`` in the table, or -1."""
+        roots = self._roots
+        mask = self._mask
+        i = root & mask
+        r = roots[i]
+        while r != root:
+            if not r:
+                return -1
+            i = (i + 1) & mask
+            r = roots[i]
+        return i
 
     def _slot(self, root: int) -> int:
-        """The slot of ``root``, taken (empty, stamped now) if it has none. Probing is written
-        inline here, the one hot loop of the acker."""
+        """The slot of ``root`` in the table, taken (empty, stamped now) if it has none."""
         roots = self._roots
         mask = self._mask
         i = root & mask
@@ -116,103 +266,9 @@ class AckLedger:
         self._remove(i)
         return outcome
 
-    def init(self, root: int, val: int, spout_task: int) -> Outcome | None:
-        i = self._slot(root)
-        self._vals[i] ^= val
-        self._owners[i] = spout_task << 1 | self._owners[i] & _FAILED
-        return self._settle(i)
-
-    def ack(self, root: int, val: int) -> Outcome | None:
-        i = self._slot(root)
-        val ^= self._vals[i]
-        self._vals[i] = val
-        if val and not self._owners[i] & _FAILED:
-            return None
-        return self._settle(i)
-
-    def fail(self, root: int) -> Outcome | None:
-        i = self._slot(root)
-        self._owners[i] |= _FAILED
-        return self._settle(i)
-
-    def apply(self, spout_task: int, inits: Sequence[int], acks: Sequence[int], fails: Sequence[int]) -> Settled:
-        """One acker payload (``outbox.AckerPayload``): ``inits`` flat ``(root, val, root, val,
-        ...)`` from ``spout_task``, then ``acks``, flat the same way, and ``fails``, each
-        applied as ``init``, ``ack`` and ``fail`` would be, in that order. Returns the trees
-        settled, per spout task.
-
-        The two loops are ``_slot`` and ``_settle`` written inline (with the arrays in locals):
-        they run once per acker message, the acker's whole cost. A new root that would make the
-        table more than half full goes through ``_slot``, which grows it; the locals are then
-        reloaded."""
-        settled: Settled = defaultdict(_acked_and_failed)
-        roots, vals, owners, stamps, mask, stamp = (
-            self._roots,
-            self._vals,
-            self._owners,
-            self._stamps,
-            self._mask,
-            self._stamp,
-        )
-        owner_word = spout_task << 1
-        pairs = iter(inits)
-        for root, val in zip(pairs, pairs, strict=False):
-            i = root & mask
-            r = roots[i]
-            while r != root and r:
-                i = (i + 1) & mask
-                r = roots[i]
-            if not r:  # a new tree (an init is one, unless acks or a fail overtook it)
-                if (self._count + 1) * 2 > mask:
-                    i = self._slot(root)
-                    roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
-                else:
-                    roots[i] = root
-                    self._count += 1
-            stamps[i] = stamp
-            val ^= vals[i]
-            vals[i] = val
-            owner = owner_word | owners[i] & _FAILED
-            owners[i] = owner
-            if val and not owner & _FAILED or owner < 2:
-                continue
-            # Settled (acks overtook the init, or the tree failed): index 0 acked, 1 failed.
-            settled[owner >> 1][owner & _FAILED].append(root)
-            self._remove(i)
-        pairs = iter(acks)
-        for root, val in zip(pairs, pairs, strict=False):
-            i = root & mask
-            r = roots[i]
-            while r != root and r:
-                i = (i + 1) & mask
-                r = roots[i]
-            if not r:  # the ack overtook the init: keep it, nobody to tell yet
-                if (self._count + 1) * 2 > mask:
-                    i = self._slot(root)
-                    roots, vals, owners, stamps, mask = self._roots, self._vals, self._owners, self._stamps, self._mask
-                else:
-                    roots[i] = root
-                    self._count += 1
-            stamps[i] = stamp
-            val ^= vals[i]
-            vals[i] = val
-            owner = owners[i]
-            if val and not owner & _FAILED or owner < 2:
-                continue
-            settled[owner >> 1][owner & _FAILED].append(root)
-            self._remove(i)
-        for root in fails:  # rare: the plain path
-            outcome = self.fail(root)
-            if outcome is not None:
-                settled[outcome.spout_task][1].append(root)
-        return settled
-
-    def reset_timeout(self, root: int) -> int | None:
-        """Refresh the tree's expiry; returns the spout task to forward the reset to, if known."""
-        return (self._owners[self._slot(root)] >> 1) or None
-
     def rotate(self) -> list[int]:
         """Advance expiry by one cohort; returns the roots forgotten."""
+        self._age()
         self._stamp = (self._stamp + 1) % _FREE
         cohort = (self._stamp - self._buckets) % _FREE
         stamps, roots = self._stamps, self._roots
@@ -262,3 +318,8 @@ class AckLedger:
                 roots[i], vals[i], owners[i], stamps[i] = r, v, o, s
                 count += 1
         self._count = count
+
+
+def _record(settled: Settled, outcome: Outcome | None) -> None:
+    if outcome is not None:
+        settled[outcome.spout_task][0 if outcome.acked else 1].append(outcome.root)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow._ack_ledger import AckLedger, Outcome, Settled
+from rayflow._ack_ledger import YOUNG_TREES, AckLedger, Outcome, Settled
 from rayflow._anchoring import ID_TYPECODE, anchor, new_id, tree_acks
 from rayflow._outbox import Outbox
 from rayflow._tuple import Tuple, TupleSource
@@ -415,11 +415,14 @@ _operations = st.lists(
 class TestFlatTable:
     """The open-addressing table under collisions, deletions, expiry, growth and shrinking."""
 
+    @pytest.mark.parametrize("young", [1, 3, YOUNG_TREES])
     @settings(max_examples=300, deadline=None)
     @given(operations=_operations)
-    def test_matches_the_model(self, operations: list[tuple[Any, ...]]):
-        """Every message and rotation answers as the dict model does, whatever collides."""
-        ledger, model = AckLedger(), ModelLedger()
+    def test_matches_the_model(self, young: int, operations: list[tuple[Any, ...]]):
+        """Every message and rotation answers as the dict model does, whatever collides, and
+        wherever the trees are (young, or moved to the table by a rotation or by the young
+        being too many)."""
+        ledger, model = AckLedger(young=young), ModelLedger()
         for name, *args in operations:
             got, expected = getattr(ledger, name)(*args), getattr(model, name)(*args)
             if name == "rotate":
@@ -463,12 +466,13 @@ _payloads = st.lists(
 class TestApply:
     """``apply`` (a whole payload at once, what the acker runs) against the one-message calls."""
 
+    @pytest.mark.parametrize("young", [1, 3, YOUNG_TREES])
     @settings(max_examples=300, deadline=None)
     @given(payloads=_payloads, rotate_every=st.integers(1, 10))
-    def test_matches_one_message_at_a_time(self, payloads: list[tuple[Any, ...]], rotate_every: int):
+    def test_matches_one_message_at_a_time(self, young: int, payloads: list[tuple[Any, ...]], rotate_every: int):
         """Same trees settled, per spout task and in the same order; same trees left pending and
-        forgotten, whatever collides, overtakes, fails or expires."""
-        batched, single = AckLedger(), AckLedger()
+        forgotten, whatever collides, overtakes, fails or expires, young or in the table."""
+        batched, single = AckLedger(young=young), AckLedger(young=young)
         for n, (sender, init_pairs, ack_of, fails) in enumerate(payloads):
             inits = [x for pair in init_pairs for x in pair]
             acks = [x for pair in ack_of.items() for x in pair]
