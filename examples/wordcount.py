@@ -15,12 +15,10 @@ Run it:  python examples/wordcount.py
 from __future__ import annotations
 
 import argparse
-import itertools
 import random
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -65,9 +63,8 @@ class SentenceSpout(Spout):
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         tasks = context.get_component_tasks(context.this_component_id)
-        index = tasks.index(context.this_task_id)
-        ids = itertools.count(index, len(tasks)) if self.total is None else range(index, self.total, len(tasks))
-        self._ids: Iterator[int] = iter(ids)
+        self._next, self._stride = tasks.index(context.this_task_id), len(tasks)
+        """The next new msg id of this task: task i of n emits i, i + n, i + 2n, ..."""
         self._replay: deque[int] = deque()
         self._collector = collector
         self._started, self._sent = time.monotonic(), 0
@@ -78,7 +75,9 @@ class SentenceSpout(Spout):
         elif self.per_sec and self._sent >= (time.monotonic() - self._started) * self.per_sec:
             return  # ahead of the pace: the task sleeps a little before asking again
         else:
-            msg_id = next(self._ids, None)
+            msg_id = self._next if self.total is None or self._next < self.total else None
+            if msg_id is not None:
+                self._next += self._stride
             self._sent += 1
         if msg_id is None:
             self._collector.exhausted()
@@ -87,6 +86,15 @@ class SentenceSpout(Spout):
 
     def fail(self, msg_id: Any) -> None:
         self._replay.append(msg_id)
+
+    def position(self) -> int:
+        """Where this task stands, for exactly-once checkpoints: its next new msg id."""
+        return self._next
+
+    def seek(self, position: int) -> None:
+        """Go back to a position taken earlier (exactly-once: a rollback, or a run resumed)."""
+        self._next = position
+        self._replay.clear()
 
 
 class SplitSentence(BasicBolt):
