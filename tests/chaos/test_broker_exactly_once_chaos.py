@@ -9,8 +9,7 @@ times, the spout twice, the acker twice, the checkpoint spout and split. At the 
 holds nothing pending (every entry's checkpoint committed and its ``XACK`` went out), the count
 tasks have committed since, and the committed counts equal the truth: not one word above it,
 where at-least-once state ends thousands above (``test_state_chaos.py``). Each kill's recovery
-is printed
-(``pytest -s -m chaos tests/chaos/test_broker_exactly_once_chaos.py``)."""
+is printed (``pytest -s -m chaos tests/chaos/test_broker_exactly_once_chaos.py``)."""
 
 from __future__ import annotations
 
