@@ -176,7 +176,7 @@ class BatchOutputCollector:
     def __init__(self, task: BoltTask, component_id: str) -> None:
         self._task = task
         self._component_id = component_id
-        self.in_tick = False
+        self._in_tick = False
         """Set while ``execute_tick`` runs: a tick's emits may go without anchors."""
 
     def emit(
@@ -184,7 +184,7 @@ class BatchOutputCollector:
     ) -> list[int]:
         """Emit a tuple anchored to ``anchors`` (required: one or more tuples of the batch);
         failing it downstream fails their trees. Returns the receiving task ids."""
-        if not self.in_tick and _none(anchors):
+        if not self._in_tick and _none(anchors):
             raise self._unanchored(stream)
         return self._task.emit(stream, values, anchors, None)
 
@@ -196,7 +196,7 @@ class BatchOutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> None:
         """Emit to one task of a bolt subscribed with a direct grouping, anchored as ``emit``."""
-        if not self.in_tick and _none(anchors):
+        if not self._in_tick and _none(anchors):
             raise self._unanchored(stream)
         self._task.emit(stream, values, anchors, task_id)
 

@@ -86,11 +86,11 @@ class BatchBoltAdapter(BoltKind):
 
     def tick(self, tup: Tuple) -> None:
         collector = self.collector
-        collector.in_tick = True
+        collector._in_tick = True
         try:
             self.user_component.execute_tick(tup, collector)
         finally:
-            collector.in_tick = False
+            collector._in_tick = False
 
     def timers(self) -> list[Timer]:
         return [(self.period, self.on_clock)]
