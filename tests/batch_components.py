@@ -95,6 +95,18 @@ class Doubler(BatchBolt):
         collector.emit([-1, self.ticks])  # a tick is in no tree: no anchors needed
 
 
+class Settle(BatchBolt):
+    """Acks every batch, or fails every tuple of it when ``failing``."""
+
+    def __init__(self, failing: bool = False) -> None:
+        self.failing = failing
+
+    def execute_batch(self, tuples: list[Tuple], collector: BatchOutputCollector) -> None:
+        if self.failing:
+            for tup in tuples:
+                collector.fail(tup)
+
+
 class Unanchored(BatchBolt):
     """Emits without anchors: refused."""
 

@@ -25,7 +25,7 @@ from rayflow._ui._recorder import MetricsRecorder
 from rayflow.testing import InProcessTopology, complete_topology
 from rayflow.topology_file import SpecError, load_topology
 
-from .batch_components import Doubler, FailSome, Log, Numbers, Unanchored
+from .batch_components import Doubler, FailSome, Log, Numbers, Settle, Unanchored
 from .ui_helpers import FakeHandle
 
 TIMEOUT_SECS = Doubler.batch_timeout_ms / 1000.0
@@ -148,6 +148,18 @@ class TestAcking:
         result = complete_topology(topology(sized(Doubler(whole_batch=True), 4), Numbers(8, replay=True), sink=sink))
         assert sorted(result.failed("numbers")) == [0, 1, 2, 3]
         assert sorted(result.acked("numbers")) == list(range(8))
+
+    @pytest.mark.parametrize("failing", [False, True])
+    def test_inputs_in_several_trees_are_acked_or_failed_in_each(self, failing: bool) -> None:
+        """A second batch bolt takes the per-batch sums, each in the trees of four numbers:
+        acking them completes every number; failing them fails every number."""
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", Numbers(8))
+        builder.set_bolt("double", sized(Doubler(whole_batch=True), 4)).shuffle_grouping("numbers")
+        builder.set_bolt("settle", sized(Settle(failing), 2)).shuffle_grouping("double", "sums")
+        result = complete_topology(builder.create_topology())
+        assert sorted(result.failed("numbers") if failing else result.acked("numbers")) == list(range(8))
+        assert (result.acked("numbers") if failing else result.failed("numbers")) == []
 
     def test_an_emit_without_anchors_is_refused_and_fails_the_batch(self) -> None:
         result = complete_topology(topology(sized(Unanchored(), 2), Numbers(2)))
