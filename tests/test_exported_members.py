@@ -40,6 +40,8 @@ CONTRACT = {
     # state that survives restarts
     "StatefulBolt",
     "KeyValueState",
+    # exactly-once sinks
+    "TwoPhaseCommitSink",
     # windows
     "WindowedBolt",
     "TupleWindow",
