@@ -104,7 +104,7 @@ class TestPositionAndSeek:
     def opened(self, stream: str) -> tuple[Any, FakeCollector]:
         source = spout(stream)
         collector = FakeCollector()
-        conf = {"max_spout_pending": 100, "message_timeout_secs": 2, "processing_guarantee": "exactly_once"}
+        conf = {"max_spout_pending": 100, "message_timeout_secs": 1, "processing_guarantee": "exactly_once"}
         source.open(conf, context(), collector)
         source.activate()
         return source, collector
@@ -138,4 +138,19 @@ class TestPositionAndSeek:
         for _, msg_id in collector.emitted:
             second.ack(msg_id)
         assert drive_spout(second, collector, lambda: drained(jetstream))
+        second.close()
+
+    def test_a_message_delivered_again_after_its_commit_is_recognised_not_emitted(self, jetstream: str) -> None:
+        publish(jetstream, 3)
+        first, collector = self.opened(jetstream)
+        assert drive_spout(first, collector, lambda: len(collector.emitted) == 3)
+        committed = first.position()
+        crash(first)  # 1 .. 3 were committed, their acks never written
+        second, collector = self.opened(jetstream)
+        # A task actor's upkeep pulls before the task's first seek: the three come after ack_wait
+        assert drive_spout(second, collector, lambda: len(second._buffer) == 3, timeout=10.0, upkeep_only=True)
+        second.seek(committed)
+        assert second.recognised == 3
+        assert drive_spout(second, collector, lambda: drained(jetstream))
+        assert collector.emitted == []
         second.close()
