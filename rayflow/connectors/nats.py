@@ -189,6 +189,9 @@ class NatsJetStreamSpout(Spout):
     - ``fields`` names the output fields, each one of ``MESSAGE_FIELDS``.
     - ``batch``: messages per pull request.
     - A tree pending for half the consumer's ``ack_wait`` is kept alive with ``in_progress``.
+    - Exactly-once: a message is acked once its checkpoint commits and ``nak``-ed on a rollback;
+      one delivered again after a commit whose ack was lost is recognised by its stream
+      sequence and acked, not emitted (the module docstring).
 
     Example (the stream exists, e.g. ``nats stream add ORDERS --subjects 'orders.>'``)::
 

@@ -181,6 +181,9 @@ class RabbitMQSpout(Spout):
     - ``deactivate`` stops the deliveries, hands the not-yet-emitted messages back to the queue
       and sends the acks waiting; the pending trees still get their acks. ``close`` sends the
       acks waiting, then closes: the broker requeues what is still unacked.
+    - Exactly-once: a message is acked once its checkpoint commits and handed back to the queue
+      on a rollback; one delivered again after a commit whose ack was lost is recognised by its
+      ``message_id`` (publish one per message) and acked, not emitted (the module docstring).
 
     Example (the queue is declared beforehand, e.g. by the producer)::
 
