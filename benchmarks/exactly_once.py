@@ -3,8 +3,9 @@
     python benchmarks/exactly_once.py [--sentences N] [--rounds R]
 
 sentences -> split -> count (``StatefulWordCount``, a ``KeyValueState``), one task each, one
-acker, state in memory, run by ``InProcessTopology`` on its simulated clock (its recorder switched off) (a checkpoint every
-simulated second, as the default interval) until every tree is committed. The figure is CPU
+acker, state in memory, run by ``InProcessTopology`` (its recorder switched off) on its
+simulated clock (a checkpoint every simulated second, as the default interval) until every tree
+is committed. The figure is CPU
 seconds (``time.process_time``) per word, for both guarantees in alternating order; the ratio is
 the median of each round's at-least-once / exactly-once time. The Ray figures (words/s side by
 side, checkpoint latency) come from ``benchmarks/stateful_wordcount.py --exactly-once sqlite``.
