@@ -17,7 +17,7 @@ from .._errors import FailedException
 from .._exactly_once.wiring import exactly_once
 from .._outbox import DataPayload
 from .._state.alignment import CheckpointAlignment
-from .._state.checkpoint import CHECKPOINT_STREAM, PREPARE, ROLLBACK
+from .._state.checkpoint import CHECKPOINT_STREAM, INITSTATE, PREPARE, ROLLBACK
 from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
 from .base import Emitter, Link, Timer, logger
@@ -77,6 +77,8 @@ class BoltExecutor(Emitter):
         """A PREPARE aligned, waiting for this task to settle its inputs (``_align``)."""
         self._void = 0
         """Inputs unsettled when the last rollback came: void, never waited for."""
+        self._recovered = False
+        """Exactly-once: has a ROLLBACK or an INITSTATE reached this task (``_checkpoint``)?"""
         if self._exactly_once:
             self.receive = self._receive_aligned  # type: ignore[method-assign]
         self._timed: dict[Tuple, float] = {}
@@ -326,6 +328,22 @@ class BoltExecutor(Emitter):
 
     def _checkpoint(self, tuples: list[Tuple]) -> None:
         txid, action = tuples[0].values
+        if self._exactly_once and action == PREPARE and not self._recovered:
+            # A task started again may have lost inputs sent to it before it died, and the
+            # checkpoint spout may not have heard of the restart yet: a cut through it now could
+            # cover inputs it never executed. It passes no PREPARE before a ROLLBACK or an
+            # INITSTATE (a new topology's first step) has reached it.
+            logger.info(
+                "bolt %r task %d: started again, no rollback seen yet: failing checkpoint %d",
+                self.component_id,
+                self.task_id,
+                txid,
+            )
+            for tup in tuples:
+                self.outbox.fail_tree(tup._tree)
+            return
+        if action in (ROLLBACK, INITSTATE):
+            self._recovered = True
         if self._kind is not None:
             try:
                 self._kind.checkpoint(action, txid)
