@@ -35,11 +35,11 @@ pytestmark = [
     pytest.mark.chaos,
     pytest.mark.ray,
     pytest.mark.broker,
-    # Known and open (issue 31): on a heavily loaded box, some runs end about one checkpoint's
-    # messages *below* the truth (never above). The same kills in process, and the embedded
-    # source's nine-kill run (test_exactly_once_chaos.py), end exact. Until it is explained the
-    # run reports its figures without failing the suite; strict=False so a pass is no error.
-    pytest.mark.xfail(strict=False, reason="intermittent under-count under load, being investigated (issue 31)"),
+    # Open (issue 31): on a heavily loaded box, runs before the fix for a restarted task passing a
+    # PREPARE too early ended about one checkpoint's messages *below* the truth, and one ended 2
+    # words below (never above). Until it has run clean many times the run reports its figures
+    # without failing the suite; strict=False, so a pass is no error.
+    pytest.mark.xfail(strict=False, reason="under-counts seen under load before a fix; not yet confirmed (issue 31)"),
 ]
 
 TOTAL = 20_000
