@@ -7,9 +7,12 @@ data and never hold back, so a full data path cannot starve the acker. Acks for 
 one sender are XORed together while they wait, which is exact (XOR is associative) and means a
 bolt sends the acker one number per tree per batch instead of one per tuple.
 
-The wire format (see ``DataBatch.payload``) is columnar: a data payload holds the values of its
+The wire format (see ``DataPayload``) is columnar: a data payload holds the values of its
 tuples in one list and their trees in another, so that pickling it and reading it back cost a
-few list operations per tuple and no per-tuple container. The outbox only builds payloads;
+few list operations per tuple and no per-tuple container. When every value of a batch is a
+string -- the tuples of most one-field streams: words, lines, JSON -- the list is pickled as one
+string, the values joined by a separator none of them contains (``ValueColumn``), and read back
+as a list by one ``split``: pickle would write and read each string on its own. The outbox only builds payloads;
 the link puts them on the wire (a frame on a stream in the runtime, a queue in tests) and pickles them.
 A payload that will not pickle because of one tuple's values costs only that tuple: it is
 dropped, its trees fail, the error is reported, and the rest of the batch goes on.
@@ -21,11 +24,20 @@ import pickle
 from array import array
 from collections.abc import Callable
 from itertools import chain
-from typing import Any
+from typing import Any, SupportsIndex
 
 from ._anchoring import ID_TYPECODE
 
-__all__ = ["AckerMail", "AckerPayload", "DataBatch", "DataPayload", "Outbox", "SpoutMail", "SpoutPayload"]
+__all__ = [
+    "AckerMail",
+    "AckerPayload",
+    "DataBatch",
+    "DataPayload",
+    "Outbox",
+    "SpoutMail",
+    "SpoutPayload",
+    "ValueColumn",
+]
 
 DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
 """``(source task, values, trees, streams, ends, joined)``, one entry per tuple in ``values``
@@ -52,6 +64,29 @@ list or dict of 64-bit ints costs several times more to pickle and unpickle. ``f
 SpoutPayload = tuple["array[int]", list[int], list[int]]
 """An acker's results to a spout task: ``(acked, failed, resets)``, roots; ``acked`` (one per
 spout tuple) an array as above, the rare others lists."""
+
+
+SEPARATOR = "\x1f"
+"""What ``ValueColumn`` joins strings with (ASCII's unit separator)."""
+
+
+def _split(joined: str) -> list[str]:
+    return joined.split(SEPARATOR)
+
+
+class ValueColumn(list[Any]):
+    """The values of a batch: a list, which pickles as one string when every value is a
+    ``str`` (not a subclass, which the string would lose) and none contains ``SEPARATOR``, and
+    as a plain list otherwise. Either way it unpickles as a plain list."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        if self and self[0].__class__ is str and len(set(map(type, self))) == 1:
+            joined = SEPARATOR.join(self)
+            if joined.count(SEPARATOR) == len(self) - 1:
+                return _split, (joined,)
+        return list, (list(self),)
 
 
 class DataBatch:
@@ -90,7 +125,8 @@ class DataBatch:
     def take(self, task_id: int) -> DataPayload:
         """The payload of everything added so far, leaving the batch empty."""
         self.ends.append(len(self.values))
-        payload = (task_id, self.values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
+        values = ValueColumn(self.values)
+        payload = (task_id, values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
         self._reset()
         return payload
 

@@ -65,7 +65,7 @@ class Tuple:
         return self._source.task
 
     def __getitem__(self, key: int | str) -> Any:
-        if key.__class__ is str:
+        if type(key) is str:
             try:
                 return self.values[self._source.index[key]]
             except KeyError:
