@@ -140,6 +140,7 @@ class Resources(BaseModel):
         try:
             cls.model_validate(known)
         except ValidationError as exc:
+            # An error with no key is the one check across keys (``_one_placement``): on ``beside``.
             problems += [
                 ResourceProblem(".".join(map(str, err["loc"])) or "beside", _described(err), err)
                 for err in exc.errors()
