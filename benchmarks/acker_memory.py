@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rayflow._ack_ledger import AckLedger  # noqa: E402
+from rayflow._acking.ledger import AckLedger  # noqa: E402
 
 
 def rss_bytes() -> int:

@@ -3,9 +3,10 @@
 How the package stacks, bottom up:
 
     plain Python, no Ray      _errors, _urls, _pending, _config, _tuple, _components, _context,
-                              _groupings, _topology, _anchoring, _rotating_map, _ack_ledger, _outbox,
-                              _router, _collectors, _metrics, _state/, _windows/, _executors/,
-                              _run_checks, _sinks
+                              _groupings, _topology, _acking/ (its edge ids and ledger here, its
+                              executor with the executors), _rotating_map, _outbox, _router,
+                              _collectors, _metrics, _state/, _windows/, _executors/, _run_checks,
+                              _sinks
     on Ray                    _runtime/ (one actor per task around an executor), _ui/ (the web
                               page and the Prometheus metrics of a running topology, in the driver:
                               it takes a handle), _local_cluster (LocalCluster: a local Ray, its

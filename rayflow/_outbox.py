@@ -26,7 +26,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any, SupportsIndex
 
-from ._anchoring import ID_TYPECODE
+from ._acking.anchoring import ID_TYPECODE
 
 __all__ = [
     "AckerMail",

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayflow._ack_ledger import YOUNG_TREES, AckLedger, Outcome, Settled
-from rayflow._anchoring import ID_TYPECODE, anchor, new_id, tree_acks
+from rayflow._acking.anchoring import ID_TYPECODE, anchor, new_id, tree_acks
+from rayflow._acking.ledger import YOUNG_TREES, AckLedger, Outcome, Settled
 from rayflow._outbox import Outbox
 from rayflow._tuple import Tuple, TupleSource
 

@@ -9,7 +9,7 @@ from array import array
 from functools import reduce
 from operator import xor
 
-from rayflow._anchoring import ID_TYPECODE
+from rayflow._acking.anchoring import ID_TYPECODE
 from rayflow._topology import TopologyBuilder
 
 from .executor_components import (

@@ -5,11 +5,11 @@ through that lifecycle alone."""
 
 from __future__ import annotations
 
+from .._acking.executor import AckerExecutor
 from .._config import Config
 from .._context import TopologyContext
 from .._state.checkpoint import CHECKPOINT_COMPONENT
 from .._topology import ACKER_COMPONENT, Topology
-from .acker import AckerExecutor
 from .base import Executor, Link, Observer, Timer
 from .bolt import BoltExecutor
 from .checkpoint_spout import CheckpointSpoutExecutor

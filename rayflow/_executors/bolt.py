@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._anchoring import anchor, getrandbits, new_id, tree_acks
+from .._acking.anchoring import anchor, getrandbits, new_id, tree_acks
 from .._collectors import BasicOutputCollector, OutputCollector
 from .._components import Bolt
 from .._config import Config

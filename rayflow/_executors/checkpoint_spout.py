@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._anchoring import getrandbits, new_id
+from .._acking.anchoring import getrandbits, new_id
 from .._exactly_once.barrier import ROLLBACK_REQUEST, Barrier
 from .._exactly_once.wiring import exactly_once
 from .._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_REQUEST, CheckpointSpout

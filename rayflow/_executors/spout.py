@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._anchoring import getrandbits, new_id
+from .._acking.anchoring import getrandbits, new_id
 from .._collectors import SpoutOutputCollector
 from .._components import Spout
 from .._exactly_once.barrier import ROLLBACK_REQUEST, Barrier

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .._anchoring import tree_acks
+from .._acking.anchoring import tree_acks
 from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._ack_ledger import AckLedger
+from .._executors.base import Executor, Timer
 from .._outbox import AckerPayload
 from .._state.checkpoint import CHECKPOINT_COMPONENT
-from .base import Executor, Timer
+from .ledger import AckLedger
 
 __all__ = ["AckerExecutor"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._tuple import Tuple
+    from .._tuple import Tuple
 
 __all__ = ["ID_TYPECODE", "anchor", "new_id", "tree_acks"]
 

@@ -43,7 +43,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ._anchoring import ID_TYPECODE
+from .anchoring import ID_TYPECODE
 
 __all__ = ["AckLedger", "Outcome", "Settled"]
 
