@@ -1,12 +1,16 @@
-"""MkDocs hooks: the pages generated from the code at build time, so that they cannot drift from it.
+"""The reference pages written from the code, and the build's check that they are current.
 
-``reference/topology-file.md`` is written from the JSON Schema that ``rayflow schema`` prints (run
-as that command, so the page is exactly what an editor is given) and from the attribute
-docstrings of ``rayflow.Config``, which the schema does not carry. ``reference/connectors.md``
-documents every public module of ``rayflow.connectors`` (one per broker), so a new connector
-appears in the reference when it is added. ``reference/cli.md`` is the ``--help`` of ``rayflow``
-and of each of its commands, as a terminal 100 columns wide shows it. These pages exist only in the build: there are no
-files under ``docs/`` to edit by hand.
+``reference/schema.md`` is written from the JSON Schema that ``rayflow schema`` prints (run as
+that command, so the page is exactly what an editor is given) and from the attribute docstrings
+of ``rayflow.Config``, which the schema does not carry. ``reference/connectors.md`` documents
+every public module of ``rayflow.connectors`` (one per broker), so a new connector appears in
+the reference when it is added. ``reference/cli.md`` is the ``--help`` of ``rayflow`` and of
+each of its commands, as a terminal ``HELP_COLUMNS`` wide shows it.
+
+The pages are files under ``docs/``, committed, so that their links work where the Markdown is
+read on a forge as well as on the site. They are not edited by hand: ``python docs/_hooks.py``
+writes them, and ``mkdocs build`` (through the ``on_pre_build`` hook) and ``tests/test_docs.py``
+fail, naming the page and that command, when one differs from what the code gives.
 """
 
 from __future__ import annotations
@@ -17,23 +21,28 @@ import json
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
-
-SCHEMA_PAGE = "reference/topology-file.md"
+DOCS = Path(__file__).resolve().parent
+SCHEMA_PAGE = "reference/schema.md"
 CONNECTORS_PAGE = "reference/connectors.md"
 CLI_PAGE = "reference/cli.md"
-HELP_COLUMNS = 100
+HELP_COLUMNS = 80
+"""The width of the CLI reference's help boxes: they fit the site's text column beside the
+navigation (the page hides its table of contents for them) without scrolling sideways."""
+
+GENERATED_BY = "<!-- Written by `python docs/_hooks.py` from the code: do not edit by hand. -->"
 
 _INTRO = """\
 # Topology file schema
 
-Every key a topology file may hold, generated when the docs are built from the JSON Schema that
-`rayflow schema` prints (point your editor's YAML support at that output) and from the
-docstrings of `rayflow.Config`. The guide to the format, with examples, placeholders and
-includes, is [Topology files](../guides/topology-files.md).
+Every key a topology file may hold, written from the JSON Schema that `rayflow schema` prints
+(point your editor's YAML support at that output) and from the docstrings of `rayflow.Config`.
+The guide to the format, with examples, placeholders and includes, is
+[Topology files](../guides/topology-files.md); loading a file from Python is
+[`rayflow.topology_file`](topology_file.md).
 
 A key not listed is an error (`unknown key`, with a suggestion), except under `config`, where
 keys rayflow does not know are handed to the components, as Storm does.
@@ -42,12 +51,45 @@ keys rayflow does not know are handed to the components, as Storm does.
 Schema = dict[str, Any]
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Add the generated pages to the build."""
-    files.append(File.generated(config, SCHEMA_PAGE, content=schema_page(rayflow_schema())))
-    files.append(File.generated(config, CONNECTORS_PAGE, content=connectors_page()))
-    files.append(File.generated(config, CLI_PAGE, content=cli_page()))
-    return files
+def generated_pages() -> dict[str, Callable[[], str]]:
+    """Each generated page (its path under ``docs/``) and what writes its text."""
+    return {
+        SCHEMA_PAGE: lambda: schema_page(rayflow_schema()),
+        CONNECTORS_PAGE: connectors_page,
+        CLI_PAGE: cli_page,
+    }
+
+
+def stale_pages() -> list[str]:
+    """The generated pages whose file under ``docs/`` is missing or differs from the code's."""
+    stale = []
+    for page, write in generated_pages().items():
+        path = DOCS / page
+        if not path.is_file() or path.read_text(encoding="utf-8") != write():
+            stale.append(page)
+    return stale
+
+
+def on_pre_build(config: Any) -> None:
+    """Stop the build if a generated page is out of date: the site would document other code."""
+    from mkdocs.exceptions import PluginError
+
+    stale = stale_pages()
+    if stale:
+        pages = ", ".join(f"docs/{page}" for page in stale)
+        raise PluginError(f"{pages}: out of date with the code; run `python docs/_hooks.py` and commit the result")
+
+
+def write_pages() -> list[str]:
+    """Write every generated page; return those that changed."""
+    changed = []
+    for page, write in generated_pages().items():
+        path = DOCS / page
+        text = write()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(page)
+    return changed
 
 
 def cli_page() -> str:
@@ -61,10 +103,18 @@ def cli_page() -> str:
     runner = CliRunner()
     env = {"COLUMNS": str(HELP_COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
     parts = [
+        "---",
+        "hide:",
+        "  - toc",
+        "---",
+        "",
+        GENERATED_BY,
+        "",
         "# Command-line reference",
         "",
-        "What `rayflow --help` and `rayflow COMMAND --help` print, generated when the docs are built.",
-        "The guide to the command is [The rayflow command](../guides/cli.md).",
+        f"What `rayflow --help` and `rayflow COMMAND --help` print in a terminal {HELP_COLUMNS} columns wide.",
+        "The guide to the command is [The rayflow command](../guides/cli.md). The commands:",
+        " ".join(f"[{name}](#rayflow-{name})" for name in commands) + ".",
         "",
     ]
     for args in [[], *([name] for name in commands)]:
@@ -84,6 +134,8 @@ def connectors_page() -> str:
         info.name for info in pkgutil.iter_modules(rayflow.connectors.__path__) if not info.name.startswith("_")
     )
     lines = [
+        GENERATED_BY,
+        "",
         "# `rayflow.connectors`",
         "",
         "Spouts that read brokers and acknowledge a message to the broker only when its tuple tree",
@@ -111,15 +163,17 @@ def rayflow_schema() -> Schema:
 def schema_page(schema: Schema) -> str:
     """The page: the top level, each definition, then the config keys."""
     definitions: dict[str, Schema] = schema.get("$defs", {})
-    parts = [_INTRO, _section("The file", schema, anchor="the-file")]
-    parts += [_section(name, definition, anchor=name.lower()) for name, definition in definitions.items()]
+    parts = [GENERATED_BY + "\n\n" + _INTRO, _section("The file", schema)]
+    parts += [_section(name, definition) for name, definition in definitions.items()]
     config = schema["properties"]["config"]
     parts.append(_config_section(config))
     return "\n".join(parts)
 
 
-def _section(title: str, schema: Schema, *, anchor: str) -> str:
-    lines = [f"## {title} {{ #{anchor} }}", ""]
+def _section(title: str, schema: Schema) -> str:
+    """A heading whose anchor is its title in lower case (``#windowspec``): the same on the
+    site and on a forge, so it needs no ``{ #id }`` that a forge would show."""
+    lines = [f"## {title}", ""]
     if "description" in schema:
         lines += [_markdown(schema["description"]), ""]
     lines += _property_table(schema)
@@ -181,7 +235,7 @@ def _config_section(config: Schema) -> str:
     docs = _field_docstrings(Config)
     by_alias = {field.alias or name: name for name, field in Config.model_fields.items()}
     lines = [
-        "## Config keys { #config-keys }",
+        "## Config keys",
         "",
         "The keys of `config`, at the top of the file (topology-wide) and in a component entry (that "
         "component only). Each is a field of `rayflow.Config`: write either Storm's dotted key or the "
@@ -222,3 +276,8 @@ def _markdown(text: str) -> str:
 def _cell(text: str) -> str:
     """Text that fits in one table cell."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+if __name__ == "__main__":
+    for changed in write_pages():
+        print(f"wrote docs/{changed}")

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from textwrap import dedent
 from types import ModuleType
 from typing import Any
 
@@ -162,10 +163,65 @@ class TestTheReadme:
         for command in commands.code.splitlines():
             assert command in ci, f"the README's {command!r} is not a line of .ci/run"
 
-    def test_its_links_lead_to_files(self) -> None:
-        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page_text("README.md")):
-            if "://" not in target:
-                assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
+
+# -- links --------------------------------------------------------------------------------------
+_INLINE_CODE = re.compile(r"(`+).+?\1", re.S)
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(?P<target>\S+?)>?(?:\s|$)", re.M)
+_HTML_LINK = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)=\"(?P<target>[^\"]+)\"")
+
+
+def relative_links(page: str) -> list[tuple[int, str]]:
+    """The relative links of ``page`` (README.md or a page under docs/) outside code, each with
+    its line: inline links and images, reference definitions and HTML ``href``/``src``."""
+    text = _FENCE.sub(lambda fence: "\n" * fence.group(0).count("\n"), page_text(page))
+    text = _INLINE_CODE.sub(lambda code: "\n" * code.group(0).count("\n"), text)
+    found = []
+    for pattern in (_LINK, _DEFINITION, _HTML_LINK):
+        for link in pattern.finditer(text):
+            target = link["target"]
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL (https:, mailto:) or an anchor on the same page
+            found.append((text.count("\n", 0, link.start()) + 1, target))
+    return sorted(found)
+
+
+def test_relative_links_find_the_parser() -> None:
+    """What the link test reads: links and images, reference definitions and HTML, not code."""
+    text = dedent(
+        """\
+        [a](guide.md#part) ![b](images/x.png "title") [c](https://example.org) [d](#here)
+        [e
+        f](../up.md) `[not](code.md)`
+        [g]: defined.md
+        <a href="html.md">h</a>
+        ```
+        [not](fenced.md)
+        ```
+        """
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "page_text", lambda page: text)
+        assert relative_links("x.md") == [
+            (1, "guide.md#part"),
+            (1, "images/x.png"),
+            (2, "../up.md"),
+            (4, "defined.md"),
+            (5, "html.md"),
+        ]
+
+
+@pytest.mark.parametrize("page", ["README.md", *pages()])
+def test_every_relative_link_leads_to_a_file_of_the_repo(page: str) -> None:
+    """A link works where the Markdown is read on a forge, not only on the built site: its target
+    (without the anchor) is a file of the repository, relative to the page."""
+    base = ROOT if page == "README.md" else (DOCS / page).parent
+    broken = []
+    for line, target in relative_links(page):
+        path = (base / target.split("#", 1)[0].split("?", 1)[0]).resolve()
+        if target.startswith("/") or not path.is_relative_to(ROOT) or not path.is_file():
+            broken.append(f"{'README.md' if page == 'README.md' else 'docs/' + page}:{line}: {target}")
+    assert not broken, "links to no file of the repository:\n" + "\n".join(broken)
 
 
 def test_the_broken_file_prints_what_the_guide_shows(tmp_path: Path) -> None:
@@ -209,6 +265,24 @@ def test_the_schema_page_has_every_key_of_rayflow_schema() -> None:
     assert "| `topology.message.timeout.secs` | `message_timeout_secs` |" in page
 
 
+def test_the_generated_pages_are_current() -> None:
+    """``docs/reference/schema.md``, ``cli.md`` and ``connectors.md`` are what the code gives
+    now (``python docs/_hooks.py`` writes them)."""
+    assert hooks().stale_pages() == [], "run `python docs/_hooks.py` and commit the pages it writes"
+
+
+def test_the_cli_page_fits_its_column() -> None:
+    """No line of the help boxes is wider than ``HELP_COLUMNS``, which fits the site's text
+    column without a sideways scroll bar."""
+    docs_hooks = hooks()
+    page = docs_hooks.cli_page()
+    boxes = [block for block in _FENCE.finditer(page) if block["lang"] == "text"]
+    assert boxes
+    for block in boxes:
+        widest = max(len(line) for line in block["code"].splitlines())
+        assert widest <= docs_hooks.HELP_COLUMNS, block["code"]
+
+
 def test_the_cli_page_has_the_help_of_every_command() -> None:
     import typer
 
@@ -234,7 +308,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-5000:]
-    schema_page = (site / "reference" / "topology-file" / "index.html").read_text(encoding="utf-8")
+    schema_page = (site / "reference" / "schema" / "index.html").read_text(encoding="utf-8")
     assert 'id="config-keys"' in schema_page
     api = (site / "reference" / "rayflow" / "index.html").read_text(encoding="utf-8")
     assert 'id="rayflow.TopologyBuilder"' in api and 'id="rayflow.LocalCluster"' in api
