@@ -26,10 +26,12 @@ reads deliveries straight off a non-blocking socket and writes acks without wait
 reads the URL, so a URL means what it means to pika). Every use of the connection happens on the
 task's one thread (``next_tuple``, ``ack``, ``fail``, ``upkeep`` and the lifecycle calls). Connecting is not
 quick (a TCP connect, the AMQP handshake, opening the channel: seconds against a broker that does
-not answer), so after an outage the spout connects on a thread of its own and ``next_tuple`` only
-looks whether that is done; the connection is the task thread's alone from then on. The first
-connection is made in ``open``, which may wait for it; so may ``close`` (for the broker's
-``close-ok``, so that the last acks arrive). The broker pushes up to ``prefetch`` unacked
+not answer), so the spout connects on a thread of its own, the first time (``open`` starts it and
+returns) as after an outage, and ``next_tuple`` and ``upkeep`` only look whether that is done;
+the connection is the task thread's alone from then on. ``deactivate`` cancels the consumer
+without waiting for the broker's ``cancel-ok`` (what arrives for the cancelled consumer is
+handed back as ``upkeep`` reads it). Only ``close`` waits, at most ``CONNECT_TIMEOUT_SECS``, for
+the broker's ``close-ok``, so that the last acks arrive. The broker pushes up to ``prefetch`` unacked
 messages, they wait in a local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per
 call. ``upkeep`` (``_upkeep``), every ``UPKEEP_SECS`` whether or not ``next_tuple`` is called
 (the pending budget spent, the spout deactivated), writes the heartbeats, flushes the acks that
@@ -279,10 +281,7 @@ class RabbitMQSpout(Spout):
         """Exactly-once: messages delivered again after their checkpoint committed, acked and
         not emitted."""
         self._upkeep = Upkeep(self.upkeep, UPKEEP_SECS, collector.report_error)
-        try:
-            self._connected(self._open_channel())
-        except _BROKEN as exc:
-            self._lost(exc)
+        self._connecting.start()
         self._upkeep.start()
 
     def activate(self) -> None:
@@ -589,7 +588,7 @@ class RabbitMQSpout(Spout):
 
     def _open_channel(self) -> QueueConsumer:
         """Connect, open the channel, set its prefetch, declare the queue if asked: everything
-        that waits for the broker (on a thread of its own, but for the first time in ``open``)."""
+        that waits for the broker (on the ``Connecting`` thread, never the task's)."""
         return QueueConsumer.connect(_parameters(self.url), self.queue, self._prefetch, declare=self.declare)
 
     def _connected(self, connection: QueueConsumer) -> None:

@@ -182,7 +182,9 @@ class Proxy:
     refuses new ones (as when the broker or the network goes away); ``hang()`` drops them and
     takes new ones without a word (a broker that does not answer); ``freeze()`` keeps every
     connection open and forwards nothing either way (a half-open connection: the broker or the
-    network gone without a word); ``restore()`` lets them in and forwards again. ``inject(data)``
+    network gone without a word); ``stall()`` keeps them open and holds what either side sends
+    until ``restore()`` (a broker that stopped answering for a while: nothing is lost);
+    ``restore()`` lets them in and forwards again. ``inject(data)``
     sends ``data`` to the client of the newest connection, as if the broker had sent it."""
 
     def __init__(self, target: int) -> None:
@@ -192,6 +194,8 @@ class Proxy:
         self._up = True
         self._silent = False
         self._frozen = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -218,6 +222,9 @@ class Proxy:
     def freeze(self) -> None:
         self._frozen.set()
 
+    def stall(self) -> None:
+        self._flowing.clear()
+
     def inject(self, data: bytes) -> None:
         with self._lock:
             self._sockets[-2].sendall(data)  # the newest (client, upstream) pair
@@ -226,8 +233,10 @@ class Proxy:
         with self._lock:
             self._up, self._silent = True, False
         self._frozen.clear()
+        self._flowing.set()
 
     def close(self) -> None:
+        self._flowing.set()
         self.cut()
         self._listener.close()
 
@@ -250,20 +259,29 @@ class Proxy:
                     client.close()
                     continue
                 self._sockets += [client, upstream]
-            forward(client, upstream, self._frozen)
+            forward(client, upstream, self._frozen, self._flowing)
 
 
-def forward(client: socket.socket, upstream: socket.socket, frozen: threading.Event | None = None) -> None:
+def forward(
+    client: socket.socket,
+    upstream: socket.socket,
+    frozen: threading.Event | None = None,
+    flowing: threading.Event | None = None,
+) -> None:
     """Copy bytes both ways between ``client`` and ``upstream`` on two daemon threads (dropping
-    them while ``frozen`` is set); when either side ends, both are shut down (closing them is
-    the caller's)."""
-    threading.Thread(target=_pump, args=(client, upstream, frozen), daemon=True).start()
-    threading.Thread(target=_pump, args=(upstream, client, frozen), daemon=True).start()
+    them while ``frozen`` is set, holding them while ``flowing`` is clear); when either side
+    ends, both are shut down (closing them is the caller's)."""
+    threading.Thread(target=_pump, args=(client, upstream, frozen, flowing), daemon=True).start()
+    threading.Thread(target=_pump, args=(upstream, client, frozen, flowing), daemon=True).start()
 
 
-def _pump(source: socket.socket, sink: socket.socket, frozen: threading.Event | None) -> None:
+def _pump(
+    source: socket.socket, sink: socket.socket, frozen: threading.Event | None, flowing: threading.Event | None
+) -> None:
     try:
         while data := source.recv(65536):
+            if flowing is not None:
+                flowing.wait()
             if frozen is None or not frozen.is_set():
                 sink.sendall(data)
     except OSError:

@@ -176,11 +176,19 @@ class TestDeliveries:
         cancel_ok = frame(1, struct.pack(">HH", 60, 31) + short(CONSUMER_TAG))
         got, sock = consumer(message(4, b"late") + message(5, b"later") + cancel_ok)
         got.cancel()
+        assert got.poll() == []
         sent = methods_sent(sock.sent)
         assert sent[0][:2] == (60, 30)  # basic.cancel
         nacks = [struct.unpack(">QB", args) for class_id, method_id, args in sent if (class_id, method_id) == (60, 120)]
         assert nacks == [(4, 0b10), (5, 0b10)]  # requeue, not multiple
-        assert got.poll() == []
+
+    def test_cancel_does_not_wait_for_the_broker(self) -> None:
+        """``cancel`` writes ``basic.cancel`` and returns: nothing is read until the next poll,
+        however long the broker takes to answer (it runs on the task's event loop)."""
+        got, sock = consumer(message(4, b"late"))
+        got.cancel()
+        assert sock.chunks and not got.consuming  # the socket was not read
+        assert methods_sent(sock.sent)[0][:2] == (60, 30)
 
 
 class TestSettling:

@@ -23,6 +23,8 @@ def opened(queue: str, prefetch: int | None = None, url: str = RABBITMQ_URL) -> 
     collector = FakeCollector()
     spout.open({"max_spout_pending": 1000}, context(), collector)
     spout.activate()
+    # the spout connects on a thread of its own: wait for it (or for the connect's failure)
+    assert drive(spout, collector, lambda: spout._connection is not None or bool(collector.errors), upkeep_only=True)
     return spout, collector
 
 

@@ -40,6 +40,8 @@ def opened(queue: str, conf: dict[str, Any] | None = None, **kwargs: Any) -> tup
     collector = FakeCollector()
     spout.open({"max_spout_pending": 1000, **(conf or {})}, context(), collector)
     spout.activate()
+    # the spout connects on a thread of its own: wait for it (or for the connect's failure)
+    assert drive(spout, collector, lambda: spout._connection is not None or bool(collector.errors), upkeep_only=True)
     return spout, collector
 
 
@@ -183,6 +185,49 @@ class TestFaults:
             spout.ack(collector.emitted[1][1])
             spout.close()
             assert eventually_ready(queue, 0)
+        finally:
+            proxy.close()
+
+    def test_open_against_a_broker_that_does_not_answer_returns_at_once(self, queue: str) -> None:
+        """The first connect runs off the task's event loop too: against a server that takes
+        the connection and says nothing, ``open`` returns with the connect under way and
+        nothing reported (waiting, it would return only once the connect timed out, with the
+        outage reported); ``next_tuple`` and ``upkeep`` return likewise."""
+        from rayflow.connectors.rabbitmq import RabbitMQSpout
+
+        proxy = Proxy(5672)
+        proxy.hang()
+        try:
+            spout, collector = RabbitMQSpout(queue, url=proxy.url(RABBITMQ_URL)), FakeCollector()
+            spout.open({"max_spout_pending": 10}, context(), collector)
+            spout.activate()
+            spout.next_tuple()
+            spout.upkeep()
+            assert spout._connecting.under_way and spout._connection is None
+            assert collector.errors == []
+            spout.close()
+        finally:
+            proxy.close()
+
+    def test_deactivate_does_not_wait_for_a_broker_that_stopped_answering(self, queue: str) -> None:
+        """``deactivate`` cancels the consumer without waiting for ``cancel-ok``: with the
+        broker silent (the proxy holds what either side sends), it returns with the connection still the
+        spout's and no outage (waiting, it would have given up on the connection after the
+        socket timeout and reported it). Once the broker answers again, the message delivered
+        but not emitted is back in the queue."""
+        publish(queue, "held")
+        proxy = Proxy(5672)
+        try:
+            spout, collector = opened(queue, url=proxy.url(RABBITMQ_URL))
+            assert drive(spout, collector, lambda: len(spout._buffer) == 1, upkeep_only=True)
+            proxy.stall()
+            spout.deactivate()
+            assert spout._connection is not None and collector.errors == []
+            assert not spout._connection.consuming
+            proxy.restore()
+            assert eventually_ready(queue, 1)  # the cancel and the nack, held, reached the broker
+            assert collector.emitted == []
+            spout.close()
         finally:
             proxy.close()
 

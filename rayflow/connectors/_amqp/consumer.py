@@ -23,10 +23,13 @@ The contract:
   when nothing was read for two intervals. So ``poll`` must be called every fraction of the
   interval whether or not more deliveries are wanted (the broker's prefetch bounds what it
   brings), or the broker drops the connection.
-- ``cancel`` and ``close`` wait, at most ``socket_timeout``: for the broker's ``cancel-ok``
-  (the deliveries on their way arrive before it, and go back to the queue), and for its
-  ``close-ok``, so that the acks written before it reach the broker before the socket goes (a
-  socket closed with unread data is reset, and what it had not sent is lost).
+- ``cancel`` does not wait for the broker's ``cancel-ok``: the deliveries on their way for the
+  cancelled consumer arrive before it, and each later ``poll`` hands them back to the queue
+  (``basic.nack``, requeue) as it parses them; a ``consume`` meanwhile starts a consumer of
+  another tag, whose deliveries are told apart.
+- ``close`` waits, at most ``socket_timeout``, for the broker's ``close-ok``, so that the acks
+  written before it reach the broker before the socket goes (a socket closed with unread data
+  is reset, and what it had not sent is lost).
 - A broken connection raises ``ConnectionLost``; the broker closing the channel or the
   connection raises ``BrokerClosed`` with its reply code and text; the broker cancelling the
   consumer (its queue deleted) raises ``ConsumerCancelled``. All three are ``AmqpError``s:
@@ -37,7 +40,6 @@ The contract:
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import ssl
 import struct
@@ -100,7 +102,6 @@ class QueueConsumer:
         self._out = b""
         self._written_at = self._read_at = time.monotonic()
         self._consumer_tag: bytes | None = None
-        self._cancel_ok = False
         self._delivering: list[Any] | None = None
         """The delivery being assembled frame by frame: its ``basic.deliver`` fields, then its
         properties and body size once the header came, then the body's parts."""
@@ -133,21 +134,15 @@ class QueueConsumer:
         self._send(method_frame(CHANNEL, pika.spec.Basic.Consume(queue=queue, consumer_tag=tag)))
 
     def cancel(self) -> None:
-        """Stop the deliveries (``basic.cancel``) and wait for the broker's ``cancel-ok`` (at
-        most ``socket_timeout``): the deliveries that were on their way arrive before it, and
-        are handed back to the queue (``basic.nack``, requeue), so that none stays held by a
-        consumer that no longer reads."""
+        """Stop the deliveries (``basic.cancel``). Never waits: the deliveries that were on
+        their way arrive before the broker's ``cancel-ok`` and each ``poll`` hands them back to
+        the queue (``basic.nack``, requeue), so that none stays held by a consumer that no
+        longer reads; until a ``poll`` has read them, the broker counts them as this channel's
+        unacked (and requeues them if it closes)."""
         if self._consumer_tag is None:
             return
         self._send(method_frame(CHANNEL, pika.spec.Basic.Cancel(consumer_tag=self._consumer_tag.decode())))
-        self._consumer_tag, self._cancel_ok = None, False
-        deadline = time.monotonic() + self._close_timeout
-        while not self._cancel_ok:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._lost("RabbitMQ did not confirm the consumer's cancel in time")
-            select.select([self._sock], [], [], min(left, 0.05))
-            self.poll()  # what arrives for the cancelled consumer is handed back as it is parsed
+        self._consumer_tag = None
 
     def ack(self, tag: int, multiple: bool = False) -> None:
         self._send(ack_frame(tag, multiple))
@@ -372,9 +367,7 @@ class QueueConsumer:
                 self._sock.close()
             what = "connection" if closing_connection else "channel"
             raise BrokerClosed(what, int(method.reply_code), str(method.reply_text))
-        if isinstance(method, pika.spec.Basic.CancelOk):
-            self._cancel_ok = True
-        elif isinstance(method, pika.spec.Basic.QosOk):
+        if isinstance(method, pika.spec.Basic.QosOk):
             self.synced += 1
         elif isinstance(method, pika.spec.Basic.Cancel) and channel == CHANNEL:
             if self._consumer_tag is not None and method.consumer_tag.encode() == self._consumer_tag:
