@@ -118,7 +118,8 @@ def big_posts(pid: int, port: int, clients: int) -> str:
     after = status(pid)
     grew = (max(peak.rss_kb, after["VmHWM"]) - before["VmRSS"]) / 1024
     took = ", ".join(f"{mb} MB -> {line}" for mb, line in results)
-    return f"{clients} x 100 MB POST: peak RSS +{grew:.0f} MB (RSS after +{(after['VmRSS'] - before['VmRSS']) / 1024:.0f} MB); {took}"
+    kept = (after["VmRSS"] - before["VmRSS"]) / 1024
+    return f"{clients} x 100 MB POST: peak RSS +{grew:.0f} MB (RSS after +{kept:.0f} MB); {took}"
 
 
 def get_secs(port: int) -> float:
@@ -174,7 +175,8 @@ def run(tree: Path, connections: int, seconds: float) -> list[str]:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        return [big_posts(server.pid, port, 1), big_posts(server.pid, port, 3), slowloris(server.pid, port, connections, seconds)]
+        posts = [big_posts(server.pid, port, clients) for clients in (1, 3)]
+        return [*posts, slowloris(server.pid, port, connections, seconds)]
     finally:
         server.kill()
         server.wait()
