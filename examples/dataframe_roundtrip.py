@@ -87,12 +87,13 @@ class FlakyParquet:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000, help="sentences in the DataFrame")
-    parser.add_argument("--fail-rate", type=float, default=0.002, help="fraction of sentences `words` fails")
+    parser.add_argument("--fail-rate", type=float, default=0.002, help="fraction of sentences the words bolt fails")
     parser.add_argument("--batch-fail-rate", type=float, default=0.25, help="fraction of batches the sink fails")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     args = parser.parse_args(argv)
 
     shutil.rmtree(OUTPUT, ignore_errors=True)
+    print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
     with LocalCluster() as cluster:
         print("starting Spark (about half a minute)...", flush=True)
         spout, expected = run_in_spark(make_source, args.rows)

@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from rayflow import LocalCluster
 
+        print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
         with LocalCluster() as cluster:
             cluster_gpus = ray.cluster_resources().get("GPU", 0)  # type: ignore[no-untyped-call]
             gpus = 1.0 if cluster_gpus >= args.model_tasks else 0.0

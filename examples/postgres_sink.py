@@ -1,4 +1,4 @@
-"""Exactly-once into PostgreSQL: a ``TwoPhaseCommitSink`` writing one transaction per checkpoint.
+"""Exactly-once into PostgreSQL: a TwoPhaseCommitSink writing one transaction per checkpoint.
 
     sentences (Sentences) --shuffle--> split (SplitFailingHalfway) --shuffle--> words (PostgresSink)
 
@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     # committed cut of an earlier run (whose table create_tables has just dropped).
     state = {"dir": tempfile.mkdtemp(prefix="rayflow-postgres-example-")}
     conf = Config(processing_guarantee="exactly_once", message_timeout_secs=30, state_provider_config=state)
+    print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
     with LocalCluster() as cluster:
         handle = cluster.submit_topology("postgres-words", conf, build(args.url, args.table, args.sentences, failing))
         finished = handle.wait(timeout=args.timeout)

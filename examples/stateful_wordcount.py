@@ -1,4 +1,4 @@
-"""Word count whose counts survive a kill: a ``StatefulBolt`` checkpointed through the acker.
+"""Word count whose counts survive a kill: a StatefulBolt checkpointed through the acker.
 
     sentences (SentenceSpout) --shuffle--> split --fields(word)--> count (StatefulWordCount)
 
@@ -16,7 +16,13 @@ Run it, and kill a count task while it runs, either by letting the example do it
 
 or yourself, in another terminal, with the pid it prints (``kill -9 <pid>``). It prints the
 committed counts as they grow and, at the end, how they compare with the truth: ``lost: 0``.
-Run it again with the same ``--state-dir`` and the counts go on from where they were.
+Run it again with the same ``--state-dir`` and the counts go on from where they were: each line
+shows the words committed in all, and of them this run's.
+
+The ``checkpoints`` and ``rollbacks`` it prints are the count tasks' counters, which start again
+at 0 in a task that was restarted, as every counter of a task does (``docs/metrics.md``): after
+the kill the sum drops by what the killed task had counted, and grows again. The commits
+themselves go on: ``committed words`` never drops.
 
 With ``--exactly-once`` the topology runs with ``processing_guarantee="exactly_once"``: every
 checkpoint also records where the sentence spout stood, and a kill rolls the whole topology back
@@ -120,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             "processing_guarantee": "exactly_once" if args.exactly_once else "at_least_once",
         }
     )
+    print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
     with LocalCluster() as cluster:
         topology = build(args.sentences)
         handle = cluster.submit_topology(NAME, conf, topology)
         tasks = handle.task_metrics()
         count_tasks = sorted(t for t, m in tasks.items() if m["component"] == "count")
         before_run = committed_counts(args.state_dir, count_tasks)
+        if before_run:
+            print(f"the counts of the last run are back: {before_run.total():,} words committed; this run adds to them")
         for task in count_tasks:
             print(f"count task {task} runs as pid {tasks[task]['pid']} (kill -9 it: its counts come back)")
         started = time.monotonic()
@@ -137,12 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                 pid = handle.task_metrics()[count_tasks[0]]["pid"]
                 os.kill(pid, signal.SIGKILL)
                 killed = True
-                print(f"killed count task {count_tasks[0]} (pid {pid})")
+                print(
+                    f"killed count task {count_tasks[0]} (pid {pid}) with SIGKILL. Ray reports the death, "
+                    "with its guesses at a cause (the OOM killer, ray stop --force, a crash): here it is this "
+                    "kill. The task restarts with its committed counts, its checkpoints counter from 0."
+                )
             metrics = handle.metrics()["count"]
-            counted = committed_counts(args.state_dir, count_tasks).total() - before_run.total()
+            committed = committed_counts(args.state_dir, count_tasks).total()
             print(
-                f"{time.monotonic() - started:5.1f} s  committed words {counted:>9,}  checkpoints "
-                f"{metrics['checkpoints']:>4}  rollbacks {metrics['rollbacks']}  restarts {metrics['restarts']}"
+                f"{time.monotonic() - started:5.1f} s  committed words {committed:>9,} "
+                f"(this run {committed - before_run.total():,})  checkpoints {metrics['checkpoints']:>4}  "
+                f"rollbacks {metrics['rollbacks']}  restarts {metrics['restarts']}"
             )
         handle.kill()
     counts = committed_counts(args.state_dir, count_tasks)

@@ -29,7 +29,6 @@ def test_counts_are_kept_in_state_and_every_sentence_is_acked_at_a_commit() -> N
     assert result.metrics()["count"]["checkpoints"] >= 1
 
 
-
 def test_exactly_once_every_sentence_counted_once_through_failures() -> None:
     """The sentence spout can go back (``position``/``seek``), so the word count runs
     exactly-once: a split that fails a tenth of the sentences makes the whole topology roll back

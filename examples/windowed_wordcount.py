@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from rayflow import LocalCluster
 
+        print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
         with LocalCluster() as cluster:
             handle = cluster.submit_topology("windowed-wordcount", CONF, build(args.sentences))
             finished = handle.wait(timeout=args.timeout)

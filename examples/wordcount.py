@@ -166,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     conf = Config(message_timeout_secs=10, max_spout_pending=2_000)
+    print("starting a local Ray, then the topology (20-45 s on a busy box)...", flush=True)
     with LocalCluster() as cluster:
-        tally = Tally.options(name="wordcount-tally").remote()
+        tally = Tally.options(name="wordcount-tally").remote()  # type: ignore[attr-defined]  # a ray.remote class
         topology = build(args.sentences, args.fail_rate, args.split, args.count, tally="wordcount-tally")
         handle = cluster.submit_topology("wordcount", conf, topology)
         finished = handle.wait(timeout=args.timeout)

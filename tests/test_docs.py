@@ -271,9 +271,10 @@ def test_the_generated_pages_are_current() -> None:
     assert hooks().stale_pages() == [], "run `python docs/_hooks.py` and commit the pages it writes"
 
 
-def test_the_cli_page_fits_its_column() -> None:
+def test_the_cli_help_fits_its_column_in_plain_text() -> None:
     """No line of the help boxes is wider than ``HELP_COLUMNS``, which fits the site's text
-    column without a sideways scroll bar."""
+    column without a sideways scroll bar; and the help is plain text, no reStructuredText
+    markup from a docstring (double backticks, roles)."""
     docs_hooks = hooks()
     page = docs_hooks.cli_page()
     boxes = [block for block in _FENCE.finditer(page) if block["lang"] == "text"]
@@ -281,6 +282,7 @@ def test_the_cli_page_fits_its_column() -> None:
     for block in boxes:
         widest = max(len(line) for line in block["code"].splitlines())
         assert widest <= docs_hooks.HELP_COLUMNS, block["code"]
+        assert "``" not in block["code"] and not re.search(r":\w+:`", block["code"]), block["code"]
 
 
 def test_the_cli_page_has_the_help_of_every_command() -> None:

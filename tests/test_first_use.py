@@ -5,6 +5,7 @@ every tuple is logged once, a run that ends unfinished says why, ``rayflow run``
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+import rayflow
 from rayflow import (
     BasicBolt,
     BasicOutputCollector,
@@ -39,10 +41,12 @@ from rayflow import (
 )
 from rayflow._cli import console, monitor
 from rayflow._cli.exit_codes import ExitCode
+from rayflow._run_checks import config_to_run
 from rayflow.testing import InProcessTopology, _in_process, complete_topology
 from rayflow.topology_file import LoadedTopology, load_topology
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 RUN_DEADLINE_SECS = 10.0
 """A run that loops is stopped long before this; one that reached it would loop for minutes."""
@@ -217,7 +221,7 @@ class TestTheReadme:
         snippet = compile(readme_block("Testing your topology"), "README.md", "exec")
         base = readme_namespace()
         for _ in range(200):
-            exec(snippet, dict(base))  # its asserts: acked == [0, 1], the four words
+            exec(snippet, dict(base))  # its asserts: acked 0 and 1, the four words
 
     @pytest.mark.parametrize("hash_seed", ["0", "1", "4242", "random"])
     def test_the_testing_snippet_passes_whatever_the_hash_seed(self, hash_seed: str) -> None:
@@ -256,6 +260,14 @@ class TestTheReadme:
         assert result.failed("sentences") == [0, 1] and result.acked("sentences") == [0, 1]
         counts = sum((Counter(task.counts) for task in result.components("count")), Counter())
         assert counts == Counter(" ".join(sentences).split())
+
+    def test_its_topology_file_is_configs_wordcount(self) -> None:
+        """The README's YAML is ``configs/wordcount.yaml`` as it is, after its comment header,
+        so what it shows is what ``rayflow run configs/wordcount.yaml`` runs."""
+        text = README.read_text(encoding="utf-8")
+        shown = re.findall(r"```yaml\n(.*?)```", text, re.S)
+        config = (ROOT / "configs" / "wordcount.yaml").read_text(encoding="utf-8")
+        assert shown == [config[config.index("name:") :]]
 
 
 class TestDeterminism:
@@ -521,3 +533,99 @@ def test_rayflow_run_ends_a_run_whose_spout_cannot_open(ray_cluster: str, tmp_pa
     assert f"(numbers did not open within {monitor.OPEN_SECS:g}s)" in result.stdout
     assert "numbers: did not open, so it emitted nothing (open raised: ConnectionError: no broker" in result.stdout
     assert "every tuple tree was acked" not in result.stdout
+
+
+# -- the examples and the configs as a newcomer runs them -------------------------------------
+EXAMPLES = [
+    "wordcount",
+    "windowed_wordcount",
+    "inference",
+    "stateful_wordcount",
+    "postgres_sink",
+    "wordcount_spark",
+    "dataframe_roundtrip",
+]
+"""The examples with a ``main``: each runs on a local Ray it starts."""
+
+
+class RayWouldStart(Exception):
+    """Raised by the stand-in ``LocalCluster``: the example got as far as starting Ray."""
+
+
+class NoCluster:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RayWouldStart
+
+
+def example(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """``examples.<name>``, importable as the docs run it, writing into ``tmp_path``, with a
+    ``LocalCluster`` that raises ``RayWouldStart`` instead of starting Ray."""
+    if name in ("wordcount_spark", "dataframe_roundtrip"):
+        pytest.importorskip("pyspark", reason="the Spark examples need the spark extra")
+    monkeypatch.syspath_prepend(str(ROOT))
+    module = importlib.import_module(f"examples.{name}")
+    monkeypatch.setattr(rayflow, "LocalCluster", NoCluster)  # the examples that import it in main
+    if hasattr(module, "LocalCluster"):
+        monkeypatch.setattr(module, "LocalCluster", NoCluster)
+    if hasattr(module, "OUTPUT"):
+        monkeypatch.setattr(module, "OUTPUT", tmp_path / "output")
+    if hasattr(module, "create_tables"):  # postgres_sink: no server needed to get this far
+        monkeypatch.setattr(module, "create_tables", lambda *args: None)
+    return module
+
+
+class TestExamples:
+    @pytest.mark.parametrize("name", EXAMPLES)
+    def test_each_says_so_before_ray_starts(
+        self, name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Ray takes 20-45 s to start on a busy box: an example says it is starting first, as
+        ``rayflow run`` does, rather than print nothing meanwhile."""
+        module = example(name, monkeypatch, tmp_path)
+        with pytest.raises(RayWouldStart):
+            module.main(["--state-dir", str(tmp_path / "state")] if name == "stateful_wordcount" else [])
+        assert "starting a local Ray" in capsys.readouterr().out
+
+    @pytest.mark.parametrize("name", EXAMPLES)
+    def test_each_help_is_plain_text(
+        self, name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``--help`` prints the first paragraph of the docstring: no reStructuredText markup."""
+        module = example(name, monkeypatch, tmp_path)
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        out = capsys.readouterr().out
+        assert out.startswith("usage:") and "``" not in out and ":class:" not in out, out
+
+    def test_the_spark_example_leaves_the_budget_to_its_sink(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The Spark word count sets no ``max_spout_pending``: the runner gives its spout the
+        budget the sink's batches need, and warns of nothing."""
+        module = example("wordcount_spark", monkeypatch, tmp_path)
+        topology = module.build(10_000)
+        with caplog.at_level(logging.WARNING, logger="rayflow"):
+            conf = config_to_run(topology, module.CONF, reach=False)
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        [sink] = [spec.component for spec in topology.bolts if spec.id == "sink"]
+        assert conf.max_spout_pending == sink.pending_need().trees  # one spout task, one sink task
+
+
+@pytest.mark.parametrize(
+    "path", sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("configs/*.yaml"), *ROOT.glob("examples/*.yaml")])
+)
+def test_each_topology_file_agrees_with_the_runners_checks(
+    path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every shipped topology file loads, and the checks every runner makes before it starts a
+    task (the pending budget against a sink's need, state and window settings) pass without a
+    warning: an example never warns about its own settings."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT))
+    try:
+        loaded = load_topology(ROOT / path)
+    except ImportError as exc:  # a broker's client or Spark: an extra not installed
+        pytest.skip(f"{path} needs an extra: {exc}")
+    with caplog.at_level(logging.WARNING, logger="rayflow"):
+        config_to_run(loaded.topology, loaded.config, reach=False)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
