@@ -35,6 +35,9 @@ class MemoryStateProvider(StateProvider):
                 data[key] = value
         self._committed[namespace] = (data, txid)
 
+    def namespaces(self, prefix: str) -> list[str]:
+        return sorted(ns for ns in self._committed if ns.startswith(prefix))
+
     def rollback(self, namespace: str) -> None:
         self._staged.pop(namespace, None)
 

@@ -14,6 +14,14 @@ changes, and offers exactly these operations:
     rollback(ns)           drop what is staged
     ping()                 raise ``StateError`` if the store cannot be reached
 
+A stateful task keeps its state in many namespaces (one per key group it owns:
+``key_groups.py``), so each operation has a bulk form over namespaces -- ``load_many``,
+``stage_many``, ``commit_many``, ``rollback_many`` -- that a task calls once per checkpoint step.
+Their defaults call the single forms in turn; a provider overrides them to do the step in one
+transaction or round trip. ``namespaces(prefix)`` lists the namespaces holding committed
+state, so that state of the layout before key groups (per task id) can be found and carried
+over; a provider that cannot list returns none.
+
 Every write must be durable when the call returns (for what the provider promises to survive)
 and ``commit`` atomic: a task that dies inside it finds either the old or the new state.
 
@@ -24,6 +32,7 @@ it is built in each task with ``cls(config, topology_name)``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._dotted import resolve
@@ -59,6 +68,29 @@ class StateProvider(ABC):
 
     @abstractmethod
     def rollback(self, namespace: str) -> None: ...
+
+    def load_many(self, namespaces: Sequence[str]) -> dict[str, tuple[dict[Any, Any], int]]:
+        """``load`` of each namespace."""
+        return {ns: self.load(ns) for ns in namespaces}
+
+    def stage_many(self, txid: int, changes: Mapping[str, dict[Any, Any]]) -> None:
+        """``stage`` of each namespace's changes."""
+        for ns, ns_changes in changes.items():
+            self.stage(ns, txid, ns_changes)
+
+    def commit_many(self, namespaces: Sequence[str], txid: int) -> None:
+        """``commit`` of each namespace (all of them atomically, where the store can)."""
+        for ns in namespaces:
+            self.commit(ns, txid)
+
+    def rollback_many(self, namespaces: Sequence[str]) -> None:
+        """``rollback`` of each namespace."""
+        for ns in namespaces:
+            self.rollback(ns)
+
+    def namespaces(self, prefix: str) -> list[str]:
+        """The namespaces starting with ``prefix`` that hold committed state (default: none known)."""
+        return []
 
     def ping(self) -> None:  # noqa: B027 -- optional: a provider without a server is always reachable
         """Raise ``StateError`` when the store cannot be reached (the default: always reachable)."""

@@ -1,9 +1,13 @@
 """``RedisStateProvider``: state in Redis (the ``redis`` extra) -- survives tasks and nodes.
 
-Per namespace three keys under ``key_prefix`` (default ``rayflow:state``): a hash of the
-committed state, a hash of the staged changes (a deleted key staged as the empty string, which no
-pickle is) and the committed txid. Keys and values are stored pickled. Staging is one pipelined
-round trip; a commit is one Lua script (atomic, one round trip); a load reads the whole hash.
+Per namespace, under ``key_prefix`` (default ``rayflow:state``): a hash of the committed state
+(pickled key -> pickled value), a list of staged changes and the committed txid. A stage pushes
+the namespace's changes as msgpack arrays of pickled keys and values (a deleted key staged as the
+empty string, which no pickle is), chunked, every namespace of the step in one pipelined round
+trip; a commit is one Lua script over all the step's namespaces (atomic, one round trip) that
+unpacks them and writes them with one ``HSET``/``HDEL`` per chunk; a load reads whole hashes,
+pipelined. (A hash ``...:staged``, one field per key, is what rayflow staged before; a commit
+still applies one left there.)
 
 Survives what the Redis server survives: with persistence (AOF or RDB) configured there, the
 loss of any rayflow task or node; without it, not a restart of the Redis server."""
@@ -11,7 +15,10 @@ loss of any rayflow task or node; without it, not a restart of the Redis server.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import msgpack  # type: ignore[import-untyped]  # a dependency of Ray's; Lua has cmsgpack built in
 
 from .._urls import redact_url
 from .key_value import DELETED
@@ -20,21 +27,40 @@ from .provider import StateError, StateProvider
 __all__ = ["RedisStateProvider"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-STAGE_CHUNK = 10_000
-"""Fields per ``HSET`` while staging (one command may not carry millions of arguments)."""
+STAGE_CHUNK = 2_000
+"""Keys per staged chunk: the script writes each chunk with one ``HSET`` (two arguments a key,
+within what Lua's ``unpack`` takes) and one ``HDEL``."""
 
 COMMIT = """
-local staged = redis.call('HGETALL', KEYS[2])
-for i = 1, #staged, 2 do
-  if staged[i + 1] == '' then
-    redis.call('HDEL', KEYS[1], staged[i])
-  else
-    redis.call('HSET', KEYS[1], staged[i], staged[i + 1])
-  end
+local function apply(committed, sets, dels)
+  if #sets > 0 then redis.call('HSET', committed, unpack(sets)) end
+  if #dels > 0 then redis.call('HDEL', committed, unpack(dels)) end
 end
-redis.call('DEL', KEYS[2])
-redis.call('SET', KEYS[3], ARGV[1])
-return #staged / 2
+local applied = 0
+for n = 1, #KEYS, 4 do
+  local committed, staging, txid, legacy = KEYS[n], KEYS[n + 1], KEYS[n + 2], KEYS[n + 3]
+  if redis.call('EXISTS', legacy) == 1 then
+    local staged = redis.call('HGETALL', legacy)
+    for i = 1, #staged, 2 do
+      if staged[i + 1] == '' then redis.call('HDEL', committed, staged[i])
+      else redis.call('HSET', committed, staged[i], staged[i + 1]) end
+    end
+    redis.call('DEL', legacy)
+  end
+  for _, blob in ipairs(redis.call('LRANGE', staging, 0, -1)) do
+    local items = cmsgpack.unpack(blob)
+    local sets, dels = {}, {}
+    for i = 1, #items, 2 do
+      if items[i + 1] == '' then dels[#dels + 1] = items[i]
+      else sets[#sets + 1] = items[i]; sets[#sets + 1] = items[i + 1] end
+    end
+    apply(committed, sets, dels)
+    applied = applied + #items / 2
+  end
+  redis.call('DEL', staging)
+  redis.call('SET', txid, ARGV[1])
+end
+return applied
 """
 
 
@@ -61,9 +87,10 @@ class RedisStateProvider(StateProvider):
             self._commit = self._client.register_script(COMMIT)
         return self._client
 
-    def _keys(self, namespace: str) -> tuple[str, str, str]:
+    def _keys(self, namespace: str) -> tuple[str, str, str, str]:
+        """The committed hash, the staged list, the txid and the staged hash of rayflow before."""
         base = f"{self.prefix}:{namespace}"
-        return f"{base}:committed", f"{base}:staged", f"{base}:txid"
+        return f"{base}:committed", f"{base}:staging", f"{base}:txid", f"{base}:staged"
 
     def _call(self, what: str, work: Any) -> Any:
         try:
@@ -77,42 +104,74 @@ class RedisStateProvider(StateProvider):
         self._call("reaching the state store", lambda r: r.ping())
 
     def load(self, namespace: str) -> tuple[dict[Any, Any], int]:
-        committed, _, txid_key = self._keys(namespace)
+        return self.load_many([namespace])[namespace]
 
-        def read(r: Any) -> tuple[dict[bytes, bytes], bytes | None]:
+    def load_many(self, namespaces: Sequence[str]) -> dict[str, tuple[dict[Any, Any], int]]:
+        def read(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
-            pipe.hgetall(committed)
-            pipe.get(txid_key)
-            data, txid = pipe.execute()
-            return data, txid
+            for ns in namespaces:
+                committed, _, txid, _ = self._keys(ns)
+                pipe.hgetall(committed)
+                pipe.get(txid)
+            return pipe.execute()  # type: ignore[no-any-return]
 
-        data, txid = self._call("loading the state", read)
-        return {pickle.loads(k): pickle.loads(v) for k, v in data.items()}, int(txid or 0)
+        replies = self._call("loading the state", read) if namespaces else []
+        loads = pickle.loads
+        return {
+            ns: ({loads(k): loads(v) for k, v in replies[2 * i].items()}, int(replies[2 * i + 1] or 0))
+            for i, ns in enumerate(namespaces)
+        }
+
+    def namespaces(self, prefix: str) -> list[str]:
+        base = f"{self.prefix}:"
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in base + prefix) + "*:txid"
+
+        def scan(r: Any) -> list[str]:
+            return [key.decode()[len(base) : -len(":txid")] for key in r.scan_iter(match=pattern, count=1000)]
+
+        return sorted(self._call("listing the state", scan))
 
     def stage(self, namespace: str, txid: int, changes: dict[Any, Any]) -> None:
-        if not changes:
+        self.stage_many(txid, {namespace: changes})
+
+    def stage_many(self, txid: int, changes: Mapping[str, dict[Any, Any]]) -> None:
+        dumps, packb = pickle.dumps, msgpack.packb
+        blobs: list[tuple[str, bytes]] = []
+        for ns, ns_changes in changes.items():
+            items = list(ns_changes.items())
+            _, staging, _, _ = self._keys(ns)
+            for start in range(0, len(items), STAGE_CHUNK):
+                flat: list[bytes] = []
+                for k, v in items[start : start + STAGE_CHUNK]:
+                    flat.append(dumps(k, protocol=5))
+                    flat.append(b"" if v is DELETED else dumps(v, protocol=5))
+                blobs.append((staging, packb(flat, use_bin_type=False)))
+        if not blobs:
             return
-        _, staged, _ = self._keys(namespace)
-        fields = [
-            (pickle.dumps(k, protocol=5), b"" if v is DELETED else pickle.dumps(v, protocol=5))
-            for k, v in changes.items()
-        ]
 
         def write(r: Any) -> None:
             pipe = r.pipeline(transaction=True)
-            for start in range(0, len(fields), STAGE_CHUNK):
-                pipe.hset(staged, mapping=dict(fields[start : start + STAGE_CHUNK]))
+            for staging, blob in blobs:
+                pipe.rpush(staging, blob)
             pipe.execute()
 
         self._call("staging the state", write)
 
     def commit(self, namespace: str, txid: int) -> None:
-        keys = list(self._keys(namespace))
-        self._call("committing the state", lambda r: self._commit(keys=keys, args=[txid]))
+        self.commit_many([namespace], txid)
+
+    def commit_many(self, namespaces: Sequence[str], txid: int) -> None:
+        keys = [key for ns in namespaces for key in self._keys(ns)]
+        if keys:
+            self._call("committing the state", lambda r: self._commit(keys=keys, args=[txid]))
 
     def rollback(self, namespace: str) -> None:
-        _, staged, _ = self._keys(namespace)
-        self._call("rolling back the state", lambda r: r.delete(staged))
+        self.rollback_many([namespace])
+
+    def rollback_many(self, namespaces: Sequence[str]) -> None:
+        keys = [key for ns in namespaces for key in self._keys(ns)[1::2]]  # the staged list and hash
+        if keys:
+            self._call("rolling back the state", lambda r: r.delete(*keys))
 
     def close(self) -> None:
         if self._client is not None:
