@@ -7,6 +7,13 @@ const TOKEN = new URLSearchParams(location.search).get("token") || "local";
 const WINDOW_SECS = 300; // how far back the plots reach: 5 minutes (1 at least, to begin with)
 const MIN_WINDOW_SECS = 60;
 const COLORS = ["#c7862b", "#4a7bb0", "#2e7d32", "#8e44ad", "#b3261e", "#00838f", "#6d4c41", "#5c6bc0"];
+// One colour per component, in the topology's order: its id in the tables and its line in the
+// plots are drawn in it, so a line is found in the tables by its colour.
+const colors = new Map();
+const colorOf = (id) => {
+  if (!colors.has(id)) colors.set(id, COLORS[colors.size % COLORS.length]);
+  return colors.get(id);
+};
 let since = 0;
 let points = [];
 let stopped = false;
@@ -50,6 +57,7 @@ function counters(row, m, names) {
 function label(row, id, kind) {
   const td = cell(row, id, { field: "id" });
   td.className = `text kind-${kind}`;
+  td.style.color = colorOf(id);
   row.dataset.component = id;
 }
 
@@ -80,7 +88,7 @@ function showTasks(tasks) {
   fill($("tasks"), Object.entries(tasks), (row, [task, m]) => {
     row.dataset.task = task;
     cell(row, task, { field: "task" });
-    cell(row, m.component, { field: "component", cls: `text kind-${m.kind}` });
+    cell(row, m.component, { field: "component", cls: `text kind-${m.kind}` }).style.color = colorOf(m.component);
     cell(row, (m.node_id || "").slice(0, 8), { field: "node", cls: "text" }).title = m.node_id || "";
     cell(row, m.pid ?? "", { field: "pid" });
     cell(row, m.alive ? "yes" : "no", { field: "alive", cls: m.alive ? "" : "dead" });
@@ -151,7 +159,7 @@ function plot(chart, series, now, span, unit) {
   }
   svg(chart, "text", { x: left - 6, y: 12, "text-anchor": "end" }, unit);
   series.forEach((s, i) => {
-    const color = COLORS[i % COLORS.length];
+    const color = colorOf(s.name);
     const shown = s.points.filter((p) => p[0] >= x0);
     if (shown.length > 1) {
       const d = shown.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("");
@@ -231,6 +239,7 @@ async function start() {
   document.title = `${topology.name} · rayflow`;
   $("name").textContent = topology.name;
   started = topology.started;
+  topology.components.forEach((c) => colorOf(c.id));
   showState(topology.state);
   const graph = $("graph");
   if (topology.graph) {
