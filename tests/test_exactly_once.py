@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rayflow import BatchBolt, Bolt, Config, TopologyBuilder, TopologyError, WindowedBolt
@@ -191,6 +191,92 @@ def test_wherever_a_failure_strikes_the_counts_are_exact(
     assert counts_of(run.components("count")) == true_counts(25)
     assert sorted(run.acked("sentences")) == list(range(25))
     assert run.failed("sentences") == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    failing=st.sets(st.integers(0, 24), max_size=2),
+    killed=st.sampled_from(["sentences", "split", "count", "__acker", "__checkpoint"]),
+    at=st.integers(0, 300),
+    unaware=st.sets(st.sampled_from(["sentences", "split", "count", "__acker", "__checkpoint"]), min_size=1),
+    told_after=st.integers(1, 200),
+    seed=st.integers(0, 2**16),
+)
+# The spout restarts and the acker hears late: its word that sentence 0 failed is lost, so only
+# the split, which failed it, can keep the next cut from committing half of it.
+@example(failing={0}, killed="sentences", at=1, unaware={"__acker"}, told_after=15, seed=0)
+def test_a_restart_heard_late_by_some_tasks_leaves_the_counts_exact(
+    tmp_path_factory: pytest.TempPathFactory,
+    failing: set[int],
+    killed: str,
+    at: int,
+    unaware: set[str],
+    told_after: int,
+    seed: int,
+) -> None:
+    """On Ray the supervisor tells the peers of a restarted task one by one: until a peer
+    hears, what it sends to the task is lost. The checkpoint spout may hear last, after a
+    recovery it began before the restart has gone through the new task. Whoever hears late,
+    and for however long: exact counts, every msg id acked once."""
+    tmp_path = tmp_path_factory.mktemp("eo")
+    topology = wordcount(25, fail_once=frozenset(sentence(i) for i in failing))
+    run = InProcessTopology(topology, durable(tmp_path, max_spout_pending=6), seed=seed)
+    task = next(t for t, c in run.layout.items() if c == killed)
+    late = {t for t, c in run.layout.items() if c in unaware and t != task}
+    deliveries, told_at = 0, None
+    for _ in range(80):
+        run.run_spouts(3)
+        while run.step():
+            deliveries += 1
+            if deliveries == at:
+                run.kill(task, unaware=late)
+                told_at = at + told_after
+            if deliveries == told_at:
+                run.tell_restart(task)
+        run.advance(0.5)
+        if run.finished and (told_at is None or deliveries >= told_at):
+            break
+    run.tell_restart(task)  # everyone has heard by the end
+    run_to_the_end(run)
+    assert counts_of(run.components("count")) == true_counts(25)
+    assert sorted(run.acked("sentences")) == list(range(25))
+    assert run.failed("sentences") == []
+
+
+class TestARestartHeardLate:
+    def test_a_restarted_count_passes_no_checkpoint_before_a_rollback(self, tmp_path: Path) -> None:
+        """A sentence fails and the topology rolls back; as the recovery's INITSTATE leaves the
+        checkpoint spout, the count task dies. The split and the checkpoint spout hear of its
+        new task late: the words the split sends meanwhile are lost, then it passes the
+        INITSTATE on to the new task. That INITSTATE must not let the new task pass the next
+        PREPARE, which would commit a cut over the lost words: only a ROLLBACK does."""
+        topology = wordcount(30, fail_once=frozenset({sentence(2)}))
+        run = InProcessTopology(topology, durable(tmp_path, max_spout_pending=6))
+        count = next(t for t, c in run.layout.items() if c == "count")
+        checkpoint = run.components("__checkpoint")[0]
+        late = [t for t, c in run.layout.items() if c in ("split", "__checkpoint")]
+        for _ in range(400):  # until the recovery after the failed sentence sends its INITSTATE
+            run.run_spouts(1)
+            run.step()
+            if checkpoint.rollbacks and checkpoint.in_flight and checkpoint.in_flight[1] == "initstate":
+                break
+            if not run.data and not run.control:
+                run.advance(0.5)
+        else:
+            raise AssertionError("no recovery after the failed sentence")
+        run.kill(count, unaware=late)
+        run.run_spouts(3)
+        for _ in range(6):  # the spouts' sentences reach the split; its words are lost
+            run.step()
+        run.tell_restart(count, [t for t, c in run.layout.items() if c == "split"])
+        for _ in range(4):  # the INITSTATE reaches the new count; a checkpoint is due
+            run.run_spouts(3)
+            run.settle()
+            run.advance(0.5)
+        run.tell_restart(count)
+        run_to_the_end(run)
+        assert counts_of(run.components("count")) == true_counts(30)
+        assert sorted(run.acked("sentences")) == list(range(30))
 
 
 class _ReplayingNumbered(Numbered):

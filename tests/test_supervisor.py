@@ -42,8 +42,8 @@ class StandIn:
     async def listen(self) -> tuple[str, tuple[str, int]]:
         return ray.get_runtime_context().get_node_id(), ("127.0.0.1", 10_000 + self.task)
 
-    async def connect(self, addresses: dict[int, Any], nodes: dict[int, str]) -> None:
-        self.told.append(("connect", sorted(addresses)))
+    async def connect(self, addresses: dict[int, Any], nodes: dict[int, str], restarted: bool = False) -> None:
+        self.told.append(("connect", sorted(addresses)) + (("restarted",) if restarted else ()))
 
     async def replace(self, task: int, address: Any) -> None:
         self.told.append(("replace", task))
@@ -126,7 +126,7 @@ def test_a_task_that_cannot_be_placed_does_not_hold_up_another(ray_cluster: str,
         assert eventually(lambda: supervisor.restarts[0] >= 2, timeout=60), "the unplaceable task was not retried"
         assert supervisor.dead.keys() == {0} and "not started within" in supervisor.dead[0]
         told = ray.get(supervisor.actors[1].seen.remote())
-        assert told[0] == ("connect", [0, 1])
+        assert told[0] == ("connect", [0, 1], "restarted")  # it takes over a task that died
     finally:
         supervisor.stop()
     with pytest.raises(ray.exceptions.RayActorError):  # killed by stop, not left waiting for a node

@@ -101,6 +101,10 @@ class Executor:
         """Does ``receive`` send the data batches it filled partly? A driver that sends them
         itself (coalescing the output of queued input batches) sets this to ``False``."""
         self._link = link
+        self.restarted = False
+        """Is this task a later start of a task that ran before (or started after the rest of
+        its topology)? Set by the runtime before ``start``. Its peers may have sent to the old
+        task until they heard of this one, so what they sent meanwhile is lost."""
         self._errors_seen: dict[tuple[str, str, int], int] = {}
         """How often each distinct error happened: (type, file, line where it was raised)."""
 

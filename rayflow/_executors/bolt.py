@@ -78,7 +78,10 @@ class BoltExecutor(Emitter):
         self._void = 0
         """Inputs unsettled when the last rollback came: void, never waited for."""
         self._recovered = False
-        """Exactly-once: has a ROLLBACK or an INITSTATE reached this task (``_checkpoint``)?"""
+        """Exactly-once: may this task pass a PREPARE? After a ROLLBACK, or an INITSTATE unless
+        it was ``restarted`` (``_checkpoint``)."""
+        self._failed_at_cut = 0
+        """Exactly-once: ``metrics.failed`` when the last PREPARE or ROLLBACK was acted on."""
         if self._exactly_once:
             self.receive = self._receive_aligned  # type: ignore[method-assign]
         self._timed: dict[Tuple, float] = {}
@@ -329,10 +332,13 @@ class BoltExecutor(Emitter):
     def _checkpoint(self, tuples: list[Tuple]) -> None:
         txid, action = tuples[0].values
         if self._exactly_once and action == PREPARE and not self._recovered:
-            # A task started again may have lost inputs sent to it before it died, and the
-            # checkpoint spout may not have heard of the restart yet: a cut through it now could
-            # cover inputs it never executed. It passes no PREPARE before a ROLLBACK or an
-            # INITSTATE (a new topology's first step) has reached it.
+            # A task started again may have lost inputs its peers sent to the old task (before
+            # they heard of this one), and the checkpoint spout may not have heard of the
+            # restart yet: a cut through it now could cover inputs it never executed. It
+            # passes no PREPARE before a ROLLBACK has reached it: every input sent the ROLLBACK
+            # here, so what came before is void and what comes after arrives. An INITSTATE is
+            # not enough (it may come from a recovery begun before the restart, passed on by
+            # peers that already knew the new task); it is, for a task of a new topology.
             logger.info(
                 "bolt %r task %d: started again, no rollback seen yet: failing checkpoint %d",
                 self.component_id,
@@ -342,7 +348,25 @@ class BoltExecutor(Emitter):
             for tup in tuples:
                 self.outbox.fail_tree(tup._tree)
             return
-        if action in (ROLLBACK, INITSTATE):
+        if self._exactly_once and action == PREPARE and self.metrics.failed != self._failed_at_cut:
+            # This task failed an input since the last cut: the input's tree is not in the state
+            # whole, so this cut must not commit. The spout hears of the failure too, from the
+            # acker, but perhaps only after the cut commits (another acker, a message lost to a
+            # restart): the task that failed it says so here, in order with the cut.
+            logger.info(
+                "bolt %r task %d: %d input(s) failed since the last checkpoint: failing checkpoint %d",
+                self.component_id,
+                self.task_id,
+                self.metrics.failed - self._failed_at_cut,
+                txid,
+            )
+            self._failed_at_cut = self.metrics.failed
+            for tup in tuples:
+                self.outbox.fail_tree(tup._tree)
+            return
+        if action in (PREPARE, ROLLBACK):
+            self._failed_at_cut = self.metrics.failed  # failed before a rollback: void with it
+        if action == ROLLBACK or (action == INITSTATE and not self.restarted):
             self._recovered = True
         if self._kind is not None:
             try:

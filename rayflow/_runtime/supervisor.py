@@ -418,7 +418,7 @@ class Supervisor:
             with self._lock:
                 restart.told = {**self.addresses, task: answer[1]}
                 nodes = {**self.nodes, task: answer[0]}
-            restart.call = ray_calls.call(restart.actor.connect, restart.told, nodes)
+            restart.call = ray_calls.call(restart.actor.connect, restart.told, nodes, True)  # restarted
             restart.phase = "connecting"
             self._restart_calls[restart.call] = task
         else:

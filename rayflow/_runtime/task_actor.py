@@ -112,8 +112,12 @@ class TaskActor:
             ) from None
         return self._node_id, (node_ip if ipaddress.ip_address(host).is_unspecified else host, port)
 
-    async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str]) -> None:
-        """Build the executor once every task listens, start it and its loops."""
+    async def connect(
+        self, addresses: dict[int, Address], task_nodes: dict[int, str], restarted: bool = False
+    ) -> None:
+        """Build the executor once every task listens, start it and its loops. ``restarted``:
+        this actor takes over a task that died, or joins after the rest of the topology
+        started (the supervisor's restarts)."""
         self._data_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._has_data = asyncio.Event()
@@ -130,6 +134,7 @@ class TaskActor:
         for task in self._given_up:
             self._transport.give_up(task)
         executor = make_executor(self._topology, conf, context, self._transport)
+        executor.restarted = restarted
         executor.flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
         self._executor: Executor = executor
         self._running = True

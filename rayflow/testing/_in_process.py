@@ -22,7 +22,7 @@ import itertools
 import pickle
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from .._config import Config
@@ -97,16 +97,20 @@ def _hashable(msg_id: Any) -> Any:
 
 
 class _QueueLink:
-    """An executor's ``Link`` here: payloads are pickled and queued for ``settle``."""
+    """One task's ``Link`` here: payloads are pickled and queued for ``settle``. What the task
+    sends to a restarted task it has not heard of yet is lost, as if sent to the old task."""
 
-    def __init__(self, topology: InProcessTopology) -> None:
+    def __init__(self, topology: InProcessTopology, sender: int) -> None:
         self._topology = topology
+        self._sender = sender
 
     def send_data(self, dest: int, payload: Any) -> None:
-        self._topology.data.append((dest, pickle.dumps(payload, protocol=5)))
+        if self._sender not in self._topology._unaware.get(dest, ()):
+            self._topology.data.append((dest, pickle.dumps(payload, protocol=5)))
 
     def send_control(self, dest: int, payload: Any) -> None:
-        self._topology.control.append((dest, pickle.dumps(payload, protocol=5)))
+        if self._sender not in self._topology._unaware.get(dest, ()):
+            self._topology.control.append((dest, pickle.dumps(payload, protocol=5)))
 
     def backlog(self, dest: int) -> int:
         return sum(1 for d, _ in self._topology.data if d == dest)
@@ -145,8 +149,9 @@ class InProcessTopology:
         """(due, order, period, action, task): every task's timers, soonest first."""
         self._order = itertools.count()
         self._topology = topology
-        self._link = _QueueLink(self)
         self._restarts: dict[int, int] = {}
+        self._unaware: dict[int, set[int]] = {}
+        """Restarted task -> the peers that have not heard of it yet (``kill``)."""
         self._active = active
         self.executors: dict[int, Executor] = {task: self._make(task) for task in self.layout}
         for task, executor in self.executors.items():
@@ -160,7 +165,7 @@ class InProcessTopology:
         context = TopologyContext(task, self.layout, self._topology.stream_fields())
         own = copy.deepcopy(self._topology)
         self._seed_groupings(own, task)
-        executor = make_executor(own, self.conf, context, self._link)
+        executor = make_executor(own, self.conf, context, _QueueLink(self, task))
         if isinstance(executor, SpoutExecutor):
             restarts = self._restarts.get(task, 0)
             executor.root_bits = self._generator(task, f"roots {restarts}" if restarts else "roots").getrandbits
@@ -171,28 +176,45 @@ class InProcessTopology:
         for period, action in executor.timers():
             heapq.heappush(self._timers, (self.now + period, next(self._order), period, action, task))
 
-    def kill(self, task: int) -> None:
+    def kill(self, task: int, *, unaware: Iterable[int] = ()) -> None:
         """Kill task ``task`` and start it again, as Ray restarts a dead task actor: what was
         queued for it is lost, its component is built afresh from the topology and
         ``open``ed or ``prepare``d again, and every other task hears of the restart. What the
         task kept in memory is gone -- a ``"memory"`` state provider's state too; give the run
         ``state_provider="sqlite"`` with a ``{"dir": ...}`` to keep committed state, as a
-        task on Ray does. ``metrics()`` counts the restart."""
+        task on Ray does. ``metrics()`` counts the restart.
+
+        On Ray the peers hear of a restart one by one. The tasks in ``unaware`` do not hear
+        of it yet: what they send to ``task`` is lost (it goes to the old task) until
+        ``tell_restart`` tells them."""
         if task not in self.executors:
             raise RayflowError(f"no task {task} in this topology (its tasks: {sorted(self.executors)})")
+        late = set(unaware)
+        if not late <= self.executors.keys() - {task}:
+            raise RayflowError(f"unaware={sorted(late)}: not other tasks of this topology ({sorted(self.executors)})")
         self.data = deque(item for item in self.data if item[0] != task)
         self.control = deque(item for item in self.control if item[0] != task)
         self._restarts[task] = self._restarts.get(task, 0) + 1
         executor = self.executors[task] = self._make(task)
+        executor.restarted = True
         self._timers = [timer for timer in self._timers if timer[4] != task]
         heapq.heapify(self._timers)
         executor.start()
         self._add_timers(task, executor)
         if self._active:
             executor.activate()
+        self._unaware[task] = late
         for other, peer in self.executors.items():
-            if other != task:
+            if other != task and other not in late:
                 peer.peer_restarted(task)
+
+    def tell_restart(self, task: int, peers: Iterable[int] | None = None) -> None:
+        """Tell ``peers`` (all that have not heard yet, by default) that ``task`` was restarted
+        (``kill(..., unaware=...)``): from now on what they send reaches it."""
+        late = self._unaware.get(task, set())
+        for peer in sorted(late if peers is None else late & set(peers)):
+            late.discard(peer)
+            self.executors[peer].peer_restarted(task)
 
     def _generator(self, task: int, purpose: str) -> random.Random:
         """A generator of its own for one use in one task, seeded from the run's ``seed`` (a
