@@ -292,6 +292,10 @@ class NatsJetStreamSpout(Spout):
         """Exactly-once: messages delivered again after their checkpoint committed, acked and
         not emitted."""
         collector.count("dead_lettered", 0)
+        collector.count("broker_acked", 0)
+        self._unwritten_acks = 0
+        """Messages acked (``ack``, or recognised) whose ``+ACK`` is not written yet: counted as
+        ``broker_acked`` once it is (an ack written again on a new connection is not)."""
         self._outage = Outage(
             f"NatsJetStreamSpout {self.stream!r} consumer {self.durable!r} task {context.this_task_id} "
             f"({redact_url(self.url)})",
@@ -357,6 +361,8 @@ class NatsJetStreamSpout(Spout):
                 logger.debug("%s: the last pull request did not end before close", self._outage.where)
         out, self._out = self._out, []
         conn.send(f"UNSUB {PULL_SID}\r\n".encode() + "".join(out).encode() + b"PING\r\n")
+        self._collector.count("broker_acked", self._unwritten_acks)
+        self._unwritten_acks = 0
         conn.wait_for(lambda frame: frame == PONG, max(0.0, deadline - time.monotonic()))
 
     # -- emitting -----------------------------------------------------------------------------
@@ -513,6 +519,7 @@ class NatsJetStreamSpout(Spout):
             self._to_confirm.append(sequence)
         out = self._out
         out.append(f"PUB {msg_id} 4\r\n+ACK\r\n")
+        self._unwritten_acks += 1
         if len(out) >= ACK_BATCH or time.monotonic() - self._written_at >= ACK_LINGER_SECS:
             self._write()
 
@@ -548,6 +555,9 @@ class NatsJetStreamSpout(Spout):
         out, self._out = self._out, []
         try:
             conn.send("".join(out).encode())
+            if self._unwritten_acks:
+                self._collector.count("broker_acked", self._unwritten_acks)
+                self._unwritten_acks = 0
             if self._to_confirm:
                 self._confirming.append((conn.probe(), self._to_confirm))
                 self._to_confirm = []
@@ -599,6 +609,7 @@ class NatsJetStreamSpout(Spout):
         self.recognised += 1
         self._to_confirm.append(ack_metadata(msg.reply)[1])
         self._out.append(f"PUB {msg.reply} 4\r\n+ACK\r\n")
+        self._unwritten_acks += 1
         return True
 
     def _confirmed(self, pongs: int) -> None:

@@ -248,6 +248,7 @@ class RabbitMQSpout(Spout):
         """Does the queue count deliveries (``x-delivery-count``)? Unknown until a message
         comes back from the broker."""
         collector.count("dead_lettered", 0)
+        collector.count("broker_acked", 0)
         self._flushed_at = time.monotonic()
         self._active = True
         self.stale_acks = 0
@@ -449,9 +450,11 @@ class RabbitMQSpout(Spout):
         if connection is None or not self._acks.waiting:
             return
         self._flushed_at = time.monotonic()
+        waiting = self._acks.waiting
         acks = self._acks.acks(everything)
         for tag, multiple in acks:
             connection.ack(tag, multiple=multiple)
+        self._collector.count("broker_acked", waiting - self._acks.waiting)
         if self._unwritten:
             self._written(connection, acks)
 

@@ -257,6 +257,7 @@ class RedisStreamSpout(Spout):
         self.claimed = 0
         """Entries taken over from other consumers."""
         collector.count("dead_lettered", 0)
+        collector.count("broker_acked", 0)
         where = (
             f"RedisStreamSpout {self.stream!r} group {self.group!r} consumer {self.consumer!r} ({redact_url(self.url)})"
         )
@@ -434,7 +435,8 @@ class RedisStreamSpout(Spout):
             )
             ids = [row["message_id"] for row in rows]
             if ids:
-                self._client.xack(self.stream, self.group, *ids)
+                acked = int(self._client.xack(self.stream, self.group, *ids))
+                self._collector.count("broker_acked", acked)
                 settled += len(ids)
             if len(ids) < MAX_READ:
                 break
@@ -597,6 +599,8 @@ class RedisStreamSpout(Spout):
                     self._counts[ids[0]] = int(reply[0][3]) if reply else 0
                 elif kind == "claim":
                     self._claimed(reply)
+                elif kind == "ack":  # entries Redis took off the pending list (0 for one acked before)
+                    self._collector.count("broker_acked", int(reply))
                 # "stale": a read sent before a ``seek``; what it brought is read again after it
         except _BROKEN as exc:
             self._broken(exc)
