@@ -40,6 +40,7 @@ __all__ = [
     "PartialKeyGrouping",
     "ShuffleGrouping",
     "StreamId",
+    "UNREACHABLE",
     "key_bytes",
     "stable_hash",
 ]
@@ -47,6 +48,11 @@ __all__ = [
 
 LOAD_LEVELS = 8
 """A load-aware shuffle gives the most backlogged target one turn for this many of an idle one."""
+UNREACHABLE = -1
+"""What a backlog view (``ShuffleGrouping.update_load``'s ``backlog``) answers for a task that
+cannot take tuples now: it died and is not back yet, or was given up on. Read as a backlog of
+0, such a task would get the most turns, and every tuple sent to it is lost (its tree times out
+and replays, holding the spout's pending budget meanwhile)."""
 
 
 class StreamId(NamedTuple):
@@ -156,7 +162,9 @@ class ShuffleGrouping(Grouping):
     Load-aware, as Storm 2's shuffle: given each target's backlog (``update_load``), a target
     with a backlog gets fewer turns in the round -- down to one in ``LOAD_LEVELS`` of an idle
     one's -- so that tuples go where they are worked off. With equal backlogs it is a plain
-    round-robin again.
+    round-robin again. A target the view says is ``UNREACHABLE`` gets no turn until it is
+    back, while any target is reachable (a fields grouping cannot do that: a key's task is the
+    only one that may see it).
 
     In runs, when its emitter asks (``next_run``): every tuple goes to one target until the
     next run passes the turn to the next in the round. A spout does that while it is
@@ -173,7 +181,8 @@ class ShuffleGrouping(Grouping):
         super().prepare(context, stream, target_tasks)
         self._even = self._order(context)
         self._choices = self._even
-        self._weights: list[int] = []
+        self._weights: tuple[list[list[int]], list[int]] = ([], [])
+        """The reachable targets and their turns in the round, as ``update_load`` last set them."""
         self._next = 0
         self._run: list[int] | None = None
         """The target of the current run (``None``: not in runs, one turn per tuple)."""
@@ -202,14 +211,19 @@ class ShuffleGrouping(Grouping):
         self._run = None
 
     def update_load(self, backlog: Callable[[int], int]) -> None:
-        """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed."""
-        order = self._even
-        loads = [backlog(choice[0]) for choice in order]
+        """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed,
+        or ``UNREACHABLE`` (no turn while another target is reachable)."""
+        loads = [backlog(choice[0]) for choice in self._even]
+        order = [choice for choice, load in zip(self._even, loads, strict=True) if load != UNREACHABLE]
+        if order:
+            loads = [load for load in loads if load != UNREACHABLE]
+        else:  # none reachable: what is sent anywhere is lost alike
+            order, loads = self._even, [0] * len(self._even)
         most = max(loads)
         weights = [LOAD_LEVELS - (LOAD_LEVELS - 1) * load // most if most else 1 for load in loads]
-        if weights == self._weights:
+        if (order, weights) == self._weights:
             return
-        self._weights = weights
+        self._weights = (order, weights)
         if len(set(weights)) == 1:
             self._choices = order
         else:
@@ -218,6 +232,8 @@ class ShuffleGrouping(Grouping):
                 choice for r in range(max(weights)) for choice, w in zip(order, weights, strict=True) if w > r
             ]
         self._next = 0
+        if self._run is not None and self._run not in order:  # the run's target is gone: pass the turn
+            self.next_run()
 
 
 class NoneGrouping(ShuffleGrouping):

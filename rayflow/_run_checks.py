@@ -2,13 +2,16 @@
 the topology runs with (decided in ``_pending.py``, from what its components need), then the
 checks that need both (the state settings, each window against the message timeout and the
 pending budget). Ray's ``submit_topology`` and the in-process runner both start here, so they
-refuse the same things.
+refuse the same things, and warn of the same: a broker spout in a topology without ackers.
 
 Components take part through hooks, not by name: a component that needs a larger budget says so
-with ``pending_need()`` (``_pending.HasPendingNeed``), so this module imports no component kind
--- and no optional extra such as Spark's."""
+with ``pending_need()`` (``_pending.HasPendingNeed``), a spout that settles its messages with a
+broker says so with ``acks_to_broker = True``, so this module imports no component kind -- and
+no optional extra such as Spark's or a broker's client."""
 
 from __future__ import annotations
+
+import warnings
 
 from ._config import Config
 from ._pending import FedComponent, HasPendingNeed, spout_budget
@@ -25,7 +28,25 @@ def config_to_run(topology: Topology, conf: Config, *, reach: bool) -> Config:
     conf = _with_pending_budget(topology, conf)
     check_state_settings(topology, conf, reach=reach)
     check_window_settings(topology, conf)
+    if conf.ackers == 0:
+        _warn_at_most_once(topology)
     return conf
+
+
+def _warn_at_most_once(topology: Topology) -> None:
+    """With ``ackers=0`` a tracked emit is acked as soon as it is made, and a broker spout acks
+    the message to its broker then: a message lost downstream is gone for good. That may be
+    what the user wants, but it is silent otherwise, so each such spout is named (a
+    ``UserWarning`` per spout; ``warnings.filterwarnings`` on its text silences it)."""
+    for spec in topology.spouts:
+        if getattr(spec.component, "acks_to_broker", False):
+            warnings.warn(
+                f"spout {spec.id!r} ({type(spec.component).__name__}) acks each message to its broker as soon as "
+                "it is emitted, because the topology has ackers=0: at-most-once, a message lost downstream (a task "
+                "that dies, a tuple failed or timed out) is not delivered again. Set ackers to 1 or more (Config, "
+                "or topology.acker.executors) for at-least-once",
+                stacklevel=4,
+            )
 
 
 def _with_pending_budget(topology: Topology, conf: Config) -> Config:

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from rayflow._context import TopologyContext
 from rayflow._errors import EmitError
 from rayflow._groupings import (
+    UNREACHABLE,
     AllGrouping,
     CustomGrouping,
     CustomStreamGrouping,
@@ -82,6 +83,51 @@ class TestShuffle:
         """The none grouping spreads like shuffle, as in Storm."""
         grouping = prepared(NoneGrouping())
         assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+
+class TestDeadTargets:
+    """While a task is dead (the link's backlog view says ``UNREACHABLE``), a shuffle routes to
+    the live ones; a fields grouping cannot, and keeps each key's task."""
+
+    def test_shuffle_leaves_an_unreachable_task_out_while_it_is_gone(self):
+        grouping = prepared(ShuffleGrouping())
+        grouping.update_load(lambda task: UNREACHABLE if task == 4 else 0)
+        assert spread(grouping, [["w", i] for i in range(300)]) == {3: 100, 5: 100, 6: 100}
+        grouping.update_load(lambda task: 0)  # back (restarted)
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+    def test_the_live_tasks_are_still_weighed_by_their_backlog(self):
+        grouping = prepared(ShuffleGrouping())
+        grouping.update_load(lambda task: {3: 1000, 4: UNREACHABLE}.get(task, 0))
+        got = spread(grouping, [["w", i] for i in range(170)])
+        assert 4 not in got and got[5] == got[6] == 8 * got[3]
+
+    def test_local_or_shuffle_leaves_it_out_too(self):
+        grouping = prepared(LocalOrShuffleGrouping(), task_id=1, nodes=NODES)  # local: 3 and 5
+        grouping.update_load(lambda task: UNREACHABLE if task == 3 else 0)
+        assert spread(grouping, [["w", i] for i in range(10)]) == {5: 10}
+
+    def test_with_every_task_unreachable_the_round_is_even(self):
+        grouping = prepared(ShuffleGrouping())
+        grouping.update_load(lambda task: UNREACHABLE)
+        assert spread(grouping, [["w", i] for i in range(400)]) == dict.fromkeys(COUNTERS, 100)
+
+    def test_a_run_bound_for_the_unreachable_task_passes_to_a_live_one(self):
+        grouping = prepared(ShuffleGrouping())
+        grouping.next_run()
+        dead = grouping.choose_tasks(1, ["w", 0])[0]
+        grouping.update_load(lambda task: UNREACHABLE if task == dead else 0)
+        assert {t for i in range(20) for t in grouping.choose_tasks(1, ["w", i])} != {dead}
+        grouping.next_run()
+        assert dead not in grouping.choose_tasks(1, ["w", 0])
+
+    def test_fields_keeps_each_keys_task(self):
+        """A key's state lives with its task: fields grouping has no load view, and a key whose
+        task is dead still goes there (its trees fail and replay once the task is back)."""
+        grouping = prepared(FieldsGrouping(["word"]))
+        before = [grouping.choose_tasks(1, [f"w{i}", 1]) for i in range(50)]
+        assert not hasattr(grouping, "update_load")
+        assert [grouping.choose_tasks(1, [f"w{i}", 1]) for i in range(50)] == before
 
 
 class TestFields:

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from rayflow._groupings import UNREACHABLE
+from rayflow._runtime import transport as transport_module
 from rayflow._runtime.stream_keys import TaskKeys, TopologyKeys
 from rayflow._runtime.streams import (
     CONTROL,
@@ -239,11 +241,12 @@ class TestFailures:
             await until(lambda: len(task2.unfinished) == 1)
             task2.listener.close()  # the task dies: its streams close
             await asyncio.wait_for(link.relieve(), 5.0)
-            assert link.backlog(2) == 0
+            assert link.backlog(2) == UNREACHABLE  # a shuffle sends it nothing meanwhile
             link.send_data(2, batch(3))
             assert link.dropped == 1
             restarted = await Receiver().start()
             link.replace(2, restarted.address)
+            assert link.backlog(2) == 0
             link.send_data(2, batch(2, tag=9))
             await until(lambda: len(restarted.frames) == 1)
             assert restarted.payloads() == [(9, [0, 1])]
@@ -258,7 +261,22 @@ class TestFailures:
             link = transport({2: gone}, max_tuples=1)
             link.send_data(2, batch(5))
             await asyncio.wait_for(link.relieve(), 5.0)
-            assert link.backlog(2) == 0
+            assert link.backlog(2) == UNREACHABLE
+
+        run(scenario)
+
+    def test_a_dead_destination_is_unreachable_until_it_may_be_tried_again(self, monkeypatch):
+        """Its backlog reads ``UNREACHABLE`` for ``RETRY_SECS``, then 0: a shuffle sends to it
+        again, and the first send tries its address once more (it may have come back)."""
+        monkeypatch.setattr(transport_module, "RETRY_SECS", 0.2)
+
+        async def scenario() -> None:
+            gone = await Receiver().start()
+            gone.listener.close()
+            link = transport({2: gone})
+            link.send_data(2, batch(1))
+            await until(lambda: link.backlog(2) == UNREACHABLE)
+            await until(lambda: link.backlog(2) == 0)
 
         run(scenario)
 
@@ -280,6 +298,7 @@ class TestFailures:
                 link.send_data(2, batch(1, tag=i))
             await asyncio.wait_for(link.relieve(), 1.0)
             await asyncio.sleep(0.2)  # time a dial would have taken on the loopback
+            assert link.backlog(2) == UNREACHABLE
             assert link.dropped == 3
             assert dialled == [] and len(task2.frames) == 1
             squatter.close()

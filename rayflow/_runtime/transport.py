@@ -10,7 +10,8 @@ piece, length and payload together: on a TLS stream every write becomes records 
 unprocessed tuples from this task (or more than ``max_frames`` unfinished frames), the sender
 waits for credits. Counting tuples rather than frames matters when frames are small: a stuck
 task then stops its producer only after a sizeable backlog, not after a handful of one-tuple
-frames. ``backlog(dest)`` exposes that count to load-aware groupings.
+frames. ``backlog(dest)`` exposes that count to load-aware groupings, and says which
+destinations cannot be reached now (``UNREACHABLE``), which a shuffle then leaves out.
 
 Acker traffic travels on its own streams, so it is never stuck behind data.
 
@@ -39,6 +40,7 @@ from collections import deque
 from typing import Any
 
 from .._config import DEFAULT_HANDSHAKE_SECS, DEFAULT_MAX_FRAME_BYTES
+from .._groupings import UNREACHABLE
 from .stream_keys import TaskKeys
 from .streams import CONTROL, CREDIT, DATA, FRAME, Address, Dialer, RefusalLog, StreamViolation
 
@@ -266,9 +268,18 @@ class StreamTransport:
 
     # -- bounds ---------------------------------------------------------------------------------
     def backlog(self, dest: int) -> int:
-        """Tuples sent to ``dest`` that it has not finished processing."""
+        """Tuples sent to ``dest`` that it has not finished processing; ``UNREACHABLE`` while
+        its stream is down (it died: until it is replaced, or ``RETRY_SECS`` have passed and a
+        send may try it again) or it was given up on, so that a shuffle sends it nothing
+        meanwhile."""
+        if dest in self._given_up:
+            return UNREACHABLE
         lane = self._lanes.get((dest, DATA))
-        return 0 if lane is None else lane.tuples
+        if lane is None:
+            return 0
+        if lane.state == _DOWN and time.monotonic() < lane.retry_at:
+            return UNREACHABLE
+        return lane.tuples
 
     async def relieve(self) -> None:
         """Wait until no destination is over its bound.

@@ -198,6 +198,10 @@ class NatsJetStreamSpout(Spout):
         builder.set_spout("orders", NatsJetStreamSpout("ORDERS", "rayflow"), parallelism=2)
     """
 
+    acks_to_broker = True
+    """Its broker keeps each message until the spout acks it: with ``ackers=0`` that ack comes at
+    emit (at-most-once), and submitting warns of it (``_run_checks``)."""
+
     def __init__(
         self,
         stream: str,

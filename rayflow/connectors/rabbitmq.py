@@ -192,6 +192,10 @@ class RabbitMQSpout(Spout):
         builder.set_spout("events", RabbitMQSpout("events", prefetch=500), parallelism=2)
     """
 
+    acks_to_broker = True
+    """Its broker keeps each message until the spout acks it: with ``ackers=0`` that ack comes at
+    emit (at-most-once), and submitting warns of it (``_run_checks``)."""
+
     def __init__(
         self,
         queue: str,

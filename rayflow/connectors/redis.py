@@ -157,6 +157,10 @@ class RedisStreamSpout(Spout):
         builder.set_spout("orders", RedisStreamSpout("orders", "rayflow", fields=("id", "amount")))
     """
 
+    acks_to_broker = True
+    """Its broker keeps each message until the spout acks it: with ``ackers=0`` that ack comes at
+    emit (at-most-once), and submitting warns of it (``_run_checks``)."""
+
     def __init__(
         self,
         stream: str,
