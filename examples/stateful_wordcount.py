@@ -59,7 +59,7 @@ from rayflow import (  # noqa: E402
     Tuple,
 )
 from rayflow._topology import Topology  # noqa: E402
-from rayflow.state import SqliteStateProvider  # noqa: E402
+from rayflow.state import SqliteStateProvider, load_component  # noqa: E402
 
 NAME = "stateful-wordcount"
 
@@ -99,10 +99,7 @@ def truth(sentences: int) -> Counter[str]:
 def committed_counts(state_dir: str, count_tasks: list[int]) -> Counter[str]:
     """The counts the count tasks have committed: what a restarted task would load."""
     provider = SqliteStateProvider({"dir": state_dir}, NAME)
-    total: Counter[str] = Counter()
-    for task in count_tasks:
-        data, _ = provider.load(f"{NAME}/count/{task}")
-        total.update(data)
+    total: Counter[str] = Counter(load_component(provider, NAME, "count"))
     provider.close()
     return total
 

@@ -142,6 +142,10 @@ class StatefulBolt(Bolt):
     Ack each input in ``execute``: an input acked later than a rollback that came after its
     execute is acked into a state that no longer holds its update."""
 
+    max_parallelism = 128
+    """The number of key groups a fields-grouped bolt's state is kept in, and so the most tasks
+    it can be rescaled to; fixed once its state exists (``docs/concepts/state.md``)."""
+
     def init_state(self, state: KeyValueState) -> None:
         """Keep ``state``: the bolt's state from now on (the same object across rollbacks)."""
 

@@ -259,6 +259,9 @@ class FieldsGrouping(Grouping):
     """Tuples with equal values in ``fields`` always go to the same task."""
 
     kind = "fields"
+    key_groups = 0
+    """Into a keyed stateful bolt, the number of key groups (``_state/key_groups.py``): a tuple
+    goes to the task owning its key's group, as its state does; 0: to hash mod tasks."""
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
@@ -278,6 +281,8 @@ class FieldsGrouping(Grouping):
             h = zlib.crc32(v.encode("utf-8", "surrogatepass") if type(v) is str else key_bytes(v))
         else:
             h = stable_hash([values[p] for p in self._positions])
+        if self.key_groups:
+            return self._singles[(h % self.key_groups) * len(self._singles) // self.key_groups]
         return self._singles[h % len(self._singles)]
 
 

@@ -35,6 +35,7 @@ from ._groupings import (
 )
 from ._resources import Resources, beside_problems
 from ._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, CheckpointSpout
+from ._state.key_groups import assign_key_groups
 from ._tuple import DEFAULT_STREAM
 from ._windows.bolt import LATE_TUPLE_FIELD, WindowedBolt
 from ._windows.validation import check_windowed_bolt
@@ -271,6 +272,7 @@ class TopologyBuilder:
         topology = Topology(specs)
         if topology.stateful:
             _add_checkpointing(topology)
+            assign_key_groups(topology)
         return topology
 
 

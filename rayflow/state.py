@@ -5,12 +5,13 @@ holds the ``StateProvider`` interface and the built-in providers, for a user who
 provider of their own (named by its dotted path in ``Config.state_provider``) or builds one
 to look at a topology's committed state:
 
-    from rayflow.state import SqliteStateProvider
+    from rayflow.state import SqliteStateProvider, load_component
     provider = SqliteStateProvider({"dir": "/data/state"}, "wordcount")
-    counts, txid = provider.load("wordcount/count/3")     # topology/component/task
+    counts = load_component(provider, "wordcount", "count")   # every task's keys, merged
 """
 
 from ._errors import StateError
+from ._state.key_groups import load_component
 from ._state.key_value import DELETED, KeyValueState
 from ._state.memory import MemoryStateProvider
 from ._state.provider import StateProvider
@@ -25,4 +26,5 @@ __all__ = [
     "SqliteStateProvider",
     "StateError",
     "StateProvider",
+    "load_component",
 ]

@@ -22,6 +22,7 @@ import pytest
 from rayflow import Config
 from rayflow._runtime import TopologyHandle, submit_topology
 from rayflow._state.provider import StateProvider, open_provider
+from rayflow.state import load_component
 from tests.connectors.brokers import unique
 
 from .conftest import eventually
@@ -32,12 +33,7 @@ TRUTH = Counter(true_counts(TOTAL))
 
 
 def committed(provider: StateProvider, name: str, handle: TopologyHandle) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for task, info in handle.task_metrics().items():
-        if info["component"] == "count":
-            data, _ = provider.load(f"{name}/count/{task}")
-            total.update(data)
-    return total
+    return Counter(load_component(provider, name, "count"))
 
 
 @pytest.fixture

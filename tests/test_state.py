@@ -28,8 +28,8 @@ def committed_counts(run: InProcessTopology) -> Counter[str]:
     total: Counter[str] = Counter()
     for task in run.tasks("count"):
         adapter: Any = task.bolt  # type: ignore[attr-defined]
-        data, _ = adapter.provider.load(adapter.namespace)
-        total.update(data)
+        for data, _ in adapter.provider.load_many(adapter.namespaces).values():
+            total.update(data)
     return total
 
 

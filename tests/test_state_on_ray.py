@@ -21,6 +21,7 @@ import pytest
 from rayflow import Config, StateError
 from rayflow._runtime import TopologyHandle, submit_topology
 from rayflow._state.provider import StateProvider, open_provider
+from rayflow.state import load_component
 from tests.connectors.brokers import REDIS_URL, require_redis, unique
 
 from .conftest import eventually
@@ -31,14 +32,9 @@ TRUTH = Counter(w for s in SENTENCES for w in s.split())
 TIMEOUT = 5.0
 
 
-def committed(provider: StateProvider, name: str, handle: TopologyHandle) -> Counter[str]:
+def committed(provider: StateProvider, name: str) -> Counter[str]:
     """The committed counts of every count task, summed (what a restart would load)."""
-    total: Counter[str] = Counter()
-    for task, info in handle.task_metrics().items():
-        if info["component"] == "count":
-            data, _ = provider.load(f"{name}/count/{task}")
-            total.update(data)
-    return total
+    return Counter(load_component(provider, name, "count"))
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -85,7 +81,7 @@ def test_without_kills_the_committed_counts_are_exact(run: Any, provider_conf: d
     assert metrics["sentences"]["acked"] == len(SENTENCES) and metrics["sentences"]["failed"] == 0
     assert metrics["count"]["checkpoints"] >= 1 and metrics["count"]["rollbacks"] == 0
     provider = open_provider(provider_conf["state_provider"], provider_conf["state_provider_config"], name)
-    assert committed(provider, name, handle) == TRUTH
+    assert committed(provider, name) == TRUTH
 
 
 @pytest.mark.parametrize("victim", ["count", "__acker", "__checkpoint", "sentences"])
@@ -94,7 +90,7 @@ def test_a_killed_task_loses_no_committed_update(run: Any, tmp_path: Path, victi
     restarted count loads its committed counts before any tuple, and at the end no word's
     committed count is below the truth."""
     name = unique("state-kill")
-    conf = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}}
+    conf: dict[str, Any] = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}}
     handle = run(name, conf)
     third = TRUTH.total() // 3
     assert eventually(lambda: handle.metrics()["count"]["executed"] >= third, timeout=60)
@@ -103,7 +99,7 @@ def test_a_killed_task_loses_no_committed_update(run: Any, tmp_path: Path, victi
     os.kill(tasks[task]["pid"], signal.SIGKILL)
     assert eventually(lambda: handle.task_metrics()[task]["restarts"] == 1, timeout=30)
     finish(handle)
-    counts = committed(open_provider("sqlite", conf["state_provider_config"], name), name, handle)
+    counts = committed(open_provider("sqlite", conf["state_provider_config"], name), name)
     lost = {w: TRUTH[w] - counts[w] for w in TRUTH if counts[w] < TRUTH[w]}
     assert not lost, f"committed updates lost after killing {victim}: {lost}"
     print(f"{victim} killed: counted {counts.total() - TRUTH.total():,} words above the truth (replays)")

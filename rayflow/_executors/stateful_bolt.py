@@ -8,7 +8,10 @@ It owns what the checkpoint protocol asks of one stateful task (``_state/checkpo
   makes the state holding their updates durable: ``held`` since the last PREPARE, ``prepared``
   before it. A COMMIT acks ``prepared``; a ROLLBACK fails both, so their spouts replay them;
 - the checkpoint actions: stage the changes (PREPARE), commit (COMMIT), drop and reload
-  (ROLLBACK). An action that cannot be done raises, and the executor fails the checkpoint.
+  (ROLLBACK). An action that cannot be done raises, and the executor fails the checkpoint;
+- where the state lives (``_state/key_groups.py``): a fields-grouped bolt's task keeps its keys
+  in the key groups it owns, one namespace each, and does every step over all of them in one
+  provider call; any other stateful bolt keeps its state per task id.
 
 Exactly-once (``rayflow/_exactly_once``) needs no held acks: a PREPARE is aligned with every
 input held back, so the staged state is a consistent cut whatever the acker says, and a
@@ -31,8 +34,20 @@ from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
 from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
+from .._state.key_groups import (
+    Layout,
+    check_layout,
+    group_namespace,
+    key_group,
+    layout_changes,
+    layout_namespace,
+    layout_of,
+    legacy_namespaces,
+    owned_groups,
+    read_layout,
+)
 from .._state.key_value import KeyValueState
-from .._state.provider import StateError, StateProvider, task_provider
+from .._state.provider import StateError, StateProvider, task_provider, topology_name
 from .._tuple import Tuple
 from .bolt_kind import BoltKind, CheckpointDeferred
 
@@ -84,7 +99,13 @@ class StatefulBoltAdapter(BoltKind):
         self.prepared: dict[int, int] = {}
         self.state = KeyValueState()
         self.provider: StateProvider | None = None
-        self.namespace = ""
+        self.layout = Layout(0, 1, 1)
+        self.groups = range(0)
+        """The key groups this task owns (keyed state), in the order of ``namespaces``."""
+        self.namespaces: list[str] = []
+        """Where this task's state lives: one namespace per owned key group, or its task's."""
+        self.recorded: dict[str, int] | None = None
+        """The component's layout record as last read or committed (``None``: none yet)."""
         self.checkpoints = 0
         self.rollbacks = 0
         self.exactly_once = False
@@ -93,7 +114,17 @@ class StatefulBoltAdapter(BoltKind):
         self.user_component.declare_output_fields(declarer)
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
-        self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+        component, name = context.this_component_id, topology_name(conf)
+        self.layout = layout_of(self._task.topology, component)
+        self._layout_ns = layout_namespace(name, component)
+        if self.layout.keyed:
+            tasks = context.get_component_tasks(component)
+            self.groups = owned_groups(
+                tasks.index(context.this_task_id), self.layout.parallelism, self.layout.max_parallelism
+            )
+            self.namespaces = [group_namespace(name, component, g) for g in self.groups]
+        else:
+            self.namespaces = [namespace(conf, component, context.this_task_id)]
         self.exactly_once = conf.get("processing_guarantee") == "exactly_once"
         self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
@@ -158,7 +189,7 @@ class StatefulBoltAdapter(BoltKind):
             self._hook("pre_prepare", txid)
             changes = self.state.take_changes()
             try:
-                provider.stage(self.namespace, txid, changes)
+                provider.stage_many(txid, self._by_namespace(changes))
             except BaseException:
                 self.state.changes = {**changes, **self.state.changes}  # staged at the next try
                 raise
@@ -167,7 +198,8 @@ class StatefulBoltAdapter(BoltKind):
         elif action == COMMIT:
             if self.initialized:
                 self._hook("pre_commit", txid)
-            provider.commit(self.namespace, txid)
+            provider.commit_many([*self.namespaces, self._layout_ns], txid)
+            self.recorded = self.layout.record()
             if self.initialized:
                 ack = self._task.outbox.ack
                 for root, val in self.prepared.items():
@@ -177,13 +209,14 @@ class StatefulBoltAdapter(BoltKind):
         elif action == ROLLBACK:
             if self.initialized:
                 self._hook("pre_rollback")
-            provider.rollback(self.namespace)
+            provider.rollback_many([*self.namespaces, self._layout_ns])
             if not self.initialized and self.exactly_once:
                 self.waiting = []  # sent before the cut the spouts go back to: replayed after it
                 self._initialize(provider)
             elif self.initialized:
-                data, committed = provider.load(self.namespace)
+                data, committed, carried = self._load(provider)
                 self.state.reset(data)
+                self.state.changes = carried
                 fail = self._task.outbox.fail_tree
                 replayed = self.holding()
                 for tree in (*self.prepared, *self.held):
@@ -200,10 +233,79 @@ class StatefulBoltAdapter(BoltKind):
                     replayed,
                 )
 
+    def _by_namespace(self, changes: dict[Any, Any]) -> dict[str, dict[Any, Any]]:
+        """``changes`` split by the namespace each key lives in, with the layout record while
+        the component has none (or an older one). Raises ``StateError`` for a key this task
+        does not own (the module doc of ``_state/key_groups.py``)."""
+        staged: dict[str, dict[Any, Any]] = {}
+        if not self.layout.keyed:
+            staged[self.namespaces[0]] = changes
+        elif changes:
+            fields, groups, first = self.layout.fields, self.layout.max_parallelism, self.groups.start
+            owned, names = self.groups, self.namespaces
+            foreign = []
+            for key, value in changes.items():
+                group = key_group(key, fields, groups)
+                if group in owned:
+                    ns = names[group - first]
+                    if ns in staged:
+                        staged[ns][key] = value
+                    else:
+                        staged[ns] = {key: value}
+                else:
+                    foreign.append(key)
+            if foreign:
+                raise self._foreign(foreign)
+        if self.recorded != self.layout.record():
+            staged[self._layout_ns] = layout_changes(self.layout)
+        return staged
+
+    def _foreign(self, keys: list[Any]) -> StateError:
+        grouped = (
+            "the value it is fields-grouped on"
+            if self.layout.fields == 1
+            else (f"the tuple of the {self.layout.fields} values it is fields-grouped on")
+        )
+        return StateError(
+            f"stateful bolt {self._task.component_id!r} task {self._task.task_id}: {len(keys)} state key(s) such as "
+            f"{keys[0]!r} belong to key groups other tasks own: a fields-grouped stateful bolt's state key must be "
+            f"{grouped} (the input's key), so that a rescale can move it; keep other state under that key, "
+            "or group the bolt's inputs another way (its state is then kept per task)"
+        )
+
+    def _load(self, provider: StateProvider) -> tuple[dict[Any, Any], int, dict[Any, Any]]:
+        """The committed state of this task's namespaces, the latest txid among them, and the
+        keys carried over from per-task state of the layout before key groups (to be staged)."""
+        name, component = provider.topology_name, self._task.component_id
+        self.recorded = read_layout(provider, name, component)
+        check_layout(self.recorded, self.layout, component, provider.describe())
+        data: dict[Any, Any] = {}
+        committed = 0
+        for part, txid in provider.load_many(self.namespaces).values():
+            data.update(part)
+            committed = max(committed, txid)
+        carried: dict[Any, Any] = {}
+        if self.layout.keyed and self.recorded is None:
+            fields, groups = self.layout.fields, self.layout.max_parallelism
+            for part, txid in provider.load_many(legacy_namespaces(provider, name, component)).values():
+                carried.update((k, v) for k, v in part.items() if key_group(k, fields, groups) in self.groups)
+                committed = max(committed, txid)
+            if carried:
+                logger.warning(
+                    "stateful bolt %r task %d: carried %d keys over from state kept per task id (before key "
+                    "groups); the next commit writes them into their key groups",
+                    component,
+                    self._task.task_id,
+                    len(carried),
+                )
+            data.update(carried)
+        return data, committed, carried
+
     def _initialize(self, provider: StateProvider) -> None:
-        provider.rollback(self.namespace)  # what an unfinished transaction staged is void
-        data, committed = provider.load(self.namespace)
+        provider.rollback_many([*self.namespaces, self._layout_ns])  # what an unfinished transaction staged is void
+        data, committed, carried = self._load(provider)
         self.state = KeyValueState(data)
+        self.state.changes = carried
         self.initialized = True
         self.execute = self.user_component.execute  # type: ignore[method-assign]
         logger.info(

@@ -22,6 +22,7 @@ import pytest
 import rayflow
 from rayflow import Config
 from rayflow._state.provider import open_provider
+from rayflow.state import load_component
 from tests.connectors.brokers import unique
 from tests.exactly_once_components import true_counts, wordcount
 
@@ -78,14 +79,10 @@ def test_nine_kills_leave_every_count_exact(ray_cluster: str, tmp_path: Path) ->
         ended = time.monotonic()
         metrics = handle.metrics()
         acked = progress(handle)
-        count_tasks = sorted(t for t, i in handle.task_metrics().items() if i["component"] == "count")
     finally:
         handle.kill()
     provider = open_provider("sqlite", state, name)
-    counts: Counter[str] = Counter()
-    for task in count_tasks:
-        data, _ = provider.load(f"{name}/count/{task}")
-        counts.update(data)
+    counts: Counter[str] = Counter(load_component(provider, name, "count"))
     provider.close()
     truth = Counter(true_counts(TOTAL))
     print(f"\n== chaos: exactly-once stateful count, {TOTAL:,} sentences, state in SQLite ==")

@@ -20,6 +20,7 @@ import pytest
 import rayflow
 from rayflow import Config, KeyValueState, OutputCollector, StatefulBolt, TopologyBuilder, TopologyContext, Tuple
 from rayflow._state.provider import open_provider
+from rayflow.state import load_component
 from tests.chaos.chaos_kit import WORDS_PER_MESSAGE, Ledger, Monkey, Record, Split, StreamGroup, message, report
 from tests.chaos.test_chaos import redis_client, spout_pending  # noqa: F401 -- the fixture
 from tests.connectors.brokers import REDIS_URL, unique
@@ -89,15 +90,11 @@ def test_redis_streams_no_committed_update_lost_when_tasks_die(ray_cluster: str,
                 time.sleep(0.1)
             ended = time.monotonic()
             monkey.step()
-            count_tasks = sorted(t for t, i in handle.task_metrics().items() if i["component"] == "count")
             metrics = handle.metrics()
         finally:
             handle.kill()
         provider = open_provider("redis", state, name)
-        counts: Counter[str] = Counter()
-        for task in count_tasks:
-            data, _ = provider.load(f"{name}/count/{task}")
-            counts.update(data)
+        counts: Counter[str] = Counter(load_component(provider, name, "count"))
         provider.close()
         expected = truth()
         lost = {w: expected[w] - counts[w] for w in expected if counts[w] < expected[w]}

@@ -1,0 +1,229 @@
+"""A stateful bolt's parallelism changed between runs: its state follows its keys.
+
+The topology: sentences -> split -> count (a ``StatefulBolt``, fields-grouped on the word),
+state in SQLite (or Redis) under one topology name. Run it with ``count`` on 2 tasks, then on
+3, then on 1: every task must start with exactly the words the fields grouping now sends it
+(each word in one task only), and every count must go on from the last run's, exactly, at
+least once and exactly once."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayflow import Config, StateError, TopologyError
+from rayflow._groupings import key_bytes, stable_hash
+from rayflow._state.key_groups import (
+    DEFAULT_MAX_PARALLELISM,
+    check_layout,
+    key_group,
+    layout_of,
+    owned_groups,
+    owner,
+)
+from rayflow._state.provider import open_provider
+from rayflow._state.validation import check_state_settings
+from rayflow.state import SqliteStateProvider, load_component
+from rayflow.testing import CompletedTopology, complete_topology
+
+from . import exactly_once_components as eo
+from .state_components import StatefulCount, wordcount
+
+SENTENCES = ["the cow jumped over the moon", "an apple a day", "the man went to the store", "four score and seven"]
+TRUTH = Counter(w for s in SENTENCES for w in s.split())
+M = DEFAULT_MAX_PARALLELISM
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The settings of a durable provider, and the topology name, fresh for each test."""
+    if request.param == "sqlite":
+        yield {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, "topology.name": "wc"}
+        return
+    from tests.connectors.brokers import REDIS_URL, require_redis, unique
+
+    require_redis()
+    prefix = unique("rayflow-test-rescale")
+    yield {
+        "state_provider": "redis",
+        "state_provider_config": {"url": REDIS_URL, "key_prefix": prefix},
+        "topology.name": "wc",
+    }
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(f"{prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def per_task_state(result: CompletedTopology, component: str = "count") -> list[dict[str, int]]:
+    """Each count task's state after the run, by task id."""
+    return [dict(task.counts.items()) for task in result.components(component)]
+
+
+def assert_placed(states: list[dict[str, int]]) -> None:
+    """Every key is in the task the fields grouping sends it to, and in no other."""
+    for index, state in enumerate(states):
+        for word in state:
+            assert owner(key_group(word, 1, M), len(states), M) == index, (word, index)
+
+
+def last_counts(result: CompletedTopology, component: str = "count") -> dict[str, int]:
+    """The highest count each word was emitted with: what its task counted it up to."""
+    last: dict[str, int] = {}
+    for word, n in result.emitted(component):
+        last[word] = max(n, last.get(word, 0))
+    return last
+
+
+class TestKeyGroups:
+    def test_the_groups_of_the_tasks_are_contiguous_and_cover_every_group_once(self) -> None:
+        for tasks in (1, 2, 3, 5, 7, 128):
+            ranges = [owned_groups(i, tasks, M) for i in range(tasks)]
+            assert [g for r in ranges for g in r] == list(range(M))
+            assert all(owner(g, tasks, M) == i for i, r in enumerate(ranges) for g in r)
+
+    def test_a_key_group_is_the_fields_groupings_crc32_of_the_key(self) -> None:
+        """The same hash as the fields grouping, not Python's salted one: one key, one group
+        in every process."""
+        assert key_group("moon", 1, M) == zlib.crc32(b"moon") % M
+        assert key_group(7, 1, M) == zlib.crc32(key_bytes(7)) % M == key_group(7.0, 1, M)
+        assert key_group(("de", "berlin"), 2, M) == stable_hash(["de", "berlin"]) % M
+        assert key_group("not a pair", 2, M) == -1
+
+    def test_the_fields_grouping_into_a_stateful_bolt_sends_each_key_to_its_groups_owner(self) -> None:
+        result = complete_topology(wordcount(SENTENCES, count_tasks=3))
+        states = per_task_state(result)
+        assert_placed(states)
+        assert sum(map(Counter, states), Counter()) == TRUTH
+
+    def test_a_bolt_with_more_tasks_than_key_groups_is_refused(self) -> None:
+        class Small(StatefulCount):
+            max_parallelism = 2
+
+        with pytest.raises(TopologyError, match=r"stateful bolt 'count': parallelism 3 is above its max_parallelism 2"):
+            wordcount(SENTENCES, Small(), count_tasks=3)
+
+    def test_only_a_bolt_fields_grouped_on_every_input_is_keyed(self) -> None:
+        assert layout_of(wordcount(SENTENCES), "count").fields == 1
+        assert layout_of(eo.wordcount(4), "count").fields == 1
+        assert not layout_of(wordcount(SENTENCES), "split").keyed  # shuffle-grouped (not stateful, but alike)
+
+
+class TestRescale:
+    def test_at_least_once_2_then_3_then_1_tasks(self, durable: dict[str, Any]) -> None:
+        for run, tasks in enumerate((2, 3, 1), start=1):
+            result = complete_topology(wordcount(SENTENCES, count_tasks=tasks), durable)
+            states = per_task_state(result)
+            assert len(states) == tasks
+            assert_placed(states)
+            assert sum(map(Counter, states), Counter()) == Counter({w: run * n for w, n in TRUTH.items()})
+            assert last_counts(result) == {w: run * n for w, n in TRUTH.items()}  # counted on from the last run
+
+    def test_exactly_once_2_then_3_then_1_tasks(self, durable: dict[str, Any]) -> None:
+        """Each run resumes from the last committed cut: the spout seeks to where it stood, so
+        run k counts sentences 0..20k-1 once in all, whatever the parallelism. (The count is
+        named to sort after the spout: a spout's position is still kept under its task id,
+        which a rescale of a component sorted before it would move.)"""
+        conf = {**durable, "processing_guarantee": "exactly_once"}
+        for run, tasks in enumerate((2, 3, 1), start=1):
+            result = complete_topology(exactly_once_wordcount(20 * run, tasks), conf)
+            states = per_task_state(result, "tally")
+            assert_placed(states)
+            assert sum(map(Counter, states), Counter()) == eo.true_counts(20 * run)
+            assert last_counts(result, "tally") == eo.true_counts(20 * run)  # each word is in any 20 sentences
+
+    def test_the_committed_state_reads_back_whole(self, durable: dict[str, Any]) -> None:
+        complete_topology(wordcount(SENTENCES, count_tasks=2), durable)
+        provider = open_provider(durable["state_provider"], durable["state_provider_config"], "wc")
+        assert load_component(provider, "wc", "count") == TRUTH
+        provider.close()
+
+
+class TestRefusals:
+    def test_state_kept_per_task_cannot_change_its_parallelism(self, tmp_path: Path) -> None:
+        """A count that is shuffle-grouped has no keys to move: its state stays per task, and a
+        run on another number of tasks is refused at submit, naming what to do."""
+        conf = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, "topology.name": "wc"}
+        complete_topology(shuffled(2), conf)
+        check_state_settings(shuffled(2), Config.of(conf), reach=True)  # the same parallelism: fine
+        with pytest.raises(
+            StateError, match=r"kept per task by 2 task\(s\) .* cannot be spread over 3: keep parallelism 2"
+        ):
+            check_state_settings(shuffled(3), Config.of(conf), reach=True)
+
+    def test_a_changed_max_parallelism_is_refused(self) -> None:
+        recorded = {"fields": 1, "parallelism": 2, "max_parallelism": 128}
+        with pytest.raises(StateError, match=r"kept in 128 key groups, and max_parallelism is now 64"):
+            check_layout(recorded, layout_of_count(64), "count", "here")
+
+    def test_a_foreign_key_fails_the_checkpoint_naming_it(self) -> None:
+        class Total(StatefulCount):
+            def execute(self, tup: Any) -> None:
+                self.counts.put("__total__", self.counts.get("__total__", 0) + 1)
+                super().execute(tup)
+
+        with pytest.warns(UserWarning, match="stopped unfinished"):  # the checkpoint fails every time
+            result = complete_topology(wordcount(SENTENCES, Total(), count_tasks=2), max_rounds=3)
+        error = result.metrics()["count"]["last_error"]
+        assert "state key(s) such as '__total__' belong to key groups other tasks own" in error
+
+
+def exactly_once_wordcount(total: int, tasks: int) -> Any:
+    """sentences (seekable) -> split -> tally (stateful, fields(word)), ``tasks`` tallies."""
+    from rayflow import TopologyBuilder
+
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", eo.Numbered(total))
+    builder.set_bolt("split", eo.Split(), parallelism=2).shuffle_grouping("sentences")
+    builder.set_bolt("tally", eo.Count(), parallelism=tasks).fields_grouping("split", ["word"])
+    return builder.create_topology()
+
+
+def layout_of_count(max_parallelism: int) -> Any:
+    from rayflow._state.key_groups import Layout
+
+    return Layout(1, 2, max_parallelism)
+
+
+def shuffled(tasks: int) -> Any:
+    from rayflow import TopologyBuilder
+
+    from .state_components import Sentences, Split
+
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Sentences(SENTENCES))
+    builder.set_bolt("split", Split()).shuffle_grouping("sentences")
+    builder.set_bolt("count", StatefulCount(), tasks).shuffle_grouping("split")
+    return builder.create_topology()
+
+
+class TestStateBeforeKeyGroups:
+    def test_state_kept_per_task_id_is_carried_into_the_key_groups(self, tmp_path: Path) -> None:
+        """State committed by rayflow before key groups (``wc/count/<task id>``, by 2 tasks):
+        a keyed run on 3 tasks loads each word from whichever old task held it, counts on, and
+        its first commit writes the words into their groups; the next run does not read the old
+        namespaces again."""
+        settings = {"dir": str(tmp_path)}
+        conf = {"state_provider": "sqlite", "state_provider_config": settings, "topology.name": "wc"}
+        provider = SqliteStateProvider(settings, "wc")
+        words = sorted(TRUTH)
+        for task, part in ((5, words[::2]), (6, words[1::2])):
+            provider.stage(f"wc/count/{task}", 3, {w: TRUTH[w] for w in part})
+            provider.commit(f"wc/count/{task}", 3)
+        for run in (2, 3):
+            result = complete_topology(wordcount(SENTENCES, count_tasks=3), conf)
+            assert_placed(per_task_state(result))
+            assert load_component(provider, "wc", "count") == Counter({w: run * n for w, n in TRUTH.items()})
+        groups = [f"wc/count/group-{g}" for g in range(M)]
+        assert sorted(provider.namespaces("wc/count/")) == sorted(
+            [*groups, "wc/count/5", "wc/count/6", "wc/count/layout"]
+        )
+        provider.close()
