@@ -13,7 +13,11 @@ It keeps where the spout stood at each checkpoint and what the spout emitted in 
   seeks to it before the spout emits anything -- a restarted task, and a topology submitted
   again under the same name, resume where the last committed cut left off. A spout with no
   committed position yet starts where its ``open`` put it, and a rollback before the first
-  commit takes it back there.
+  commit takes it back there;
+- a spout whose messages another of its tasks may be given after a rollback (the consumers of
+  one queue) can take its peers' committed positions too: ``seek_peers(positions)``, called
+  after each such seek with every other task's position in the committed cut. The
+  ``RabbitMQSpout`` recognises by them a message whose ack was lost with a peer.
 
 An error from ``position``/``seek`` or from the provider propagates: the executor fails the
 checkpoint's tree, which rolls the topology back.
@@ -36,10 +40,12 @@ _POSITION = "position"
 
 
 class SpoutCut:
-    def __init__(self, spout: Spout, conf: dict[str, Any], component: str, task: int) -> None:
+    def __init__(self, spout: Spout, conf: dict[str, Any], component: str, task: int, peers: list[int]) -> None:
         self._spout = spout
         self._conf = conf
         self.namespace = namespace(conf, component, task)
+        self._peers = [namespace(conf, component, peer) for peer in peers]
+        """The other tasks of the spout, for ``seek_peers``."""
         self._provider: StateProvider | None = None
         self.initialized = False
         """Has the task sought to the committed position? Until then it must not emit."""
@@ -107,6 +113,10 @@ class SpoutCut:
             self._spout.seek(self._start)  # type: ignore[attr-defined]
         else:
             self._start, self._has_start = self._spout.position(), True  # type: ignore[attr-defined]
+        seek_peers = getattr(self._spout, "seek_peers", None)
+        if seek_peers is not None and self._peers:
+            found = [provider.load(peer)[0] for peer in self._peers]
+            seek_peers([data[_POSITION] for data in found if _POSITION in data])
         self.initialized = True
 
     def close(self) -> None:

@@ -581,6 +581,16 @@ class RabbitMQSpout(Spout):
                 self._acks.settled(tag)
                 self._guard(self._connection.nack, tag, requeue=True)
 
+    def seek_peers(self, positions: list[list[str]]) -> None:
+        """After a ``seek``: the other tasks' positions in the committed cut. The broker gives
+        what a peer held unacked to any consumer of the queue, this task too: a message a peer
+        committed whose ack died with it (or with its channel) is recognised here as well, for
+        ``RECOGNISE_SECS``."""
+        deadline = time.monotonic() + RECOGNISE_SECS
+        for position in positions:
+            for key in position:
+                self._committed.setdefault(key, deadline)
+
     # -- the connection -----------------------------------------------------------------------
     def _reconnect(self) -> None:
         """Start connecting on a thread of its own once the outage's pause is over; take the

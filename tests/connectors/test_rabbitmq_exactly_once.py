@@ -105,6 +105,27 @@ class TestCountedOnce:
         run.close()
         assert take_all(queue) == []
 
+    def test_a_lost_ack_of_one_task_is_recognised_by_another_that_gets_the_message(
+        self, queue: str, tmp_path: Path
+    ) -> None:
+        """Two spout tasks share the queue. One commits a checkpoint whose acks never reach the
+        broker, then dies: the broker gives its messages to any consumer, the other task too,
+        which must recognise the committed ones from its peer's committed position."""
+        publish(queue)
+        run = InProcessTopology(topology(spout(queue, lossy_acks=True), spouts=2), exactly_once(tmp_path))
+        assert drive(run, lambda: len(run.acked("source")) >= 40)
+        first = run.components("source")[0]
+        first.losing = True
+        committed = len(run.acked("source"))
+        assert drive(run, lambda: first.lost > 0 and len(run.acked("source")) > committed)
+        crash(first)
+        run.kill(min(t for t, c in run.layout.items() if c == "source"))
+        assert drive(run, lambda: settled(run)), run.metrics()
+        assert counts(run) == truth(TOTAL)
+        assert sum(s.recognised for s in run.components("source")) >= first.lost
+        run.close()
+        assert take_all(queue) == []
+
 
 class TestPositionAndSeek:
     """The spout alone, as the executor drives it."""
