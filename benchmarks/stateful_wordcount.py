@@ -13,17 +13,22 @@ to the commit) for each provider, and with ``--exactly-once P`` the same statefu
 ``processing_guarantee="exactly_once"`` on provider P (its spout can ``seek``). Rounds alternate
 their order; each ratio is the median of the rounds' ratios of runs made one after the other.
 
-The commit part stages and commits N changed keys (word -> int) to each provider, directly,
-and reports the p50/p99 of the whole checkpoint (stage + commit) and the bytes of pickled keys
-and values it wrote.
+The checkpoint part does what one task of a fields-grouped stateful bolt does at a checkpoint
+with N changed keys (word -> int): split them by key group, stage them, commit every group the
+task owns (one task: all 128), directly against each provider; and, in the same run, alternating
+with it, what the providers of ``--baseline REV`` (default: the commit before the bulk forms)
+did for the same keys in one per-task namespace. It reports the p50/p99 of the whole checkpoint
+(split + stage + commit) of both and the bytes of pickled keys and values.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,9 +42,12 @@ from benchmarks.wordcount import BenchSpout, paired_ratio, words_in  # noqa: E40
 from examples.stateful_wordcount import StatefulWordCount  # noqa: E402
 from examples.wordcount import SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, LocalCluster, TopologyBuilder  # noqa: E402
-from rayflow._state.provider import StateProvider, open_provider  # noqa: E402
+from rayflow._state.key_groups import DEFAULT_MAX_PARALLELISM, group_namespace, split_changes  # noqa: E402
+from rayflow._state.provider import BUILT_IN, StateProvider, open_provider  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+BASELINE = "64d6049"
+"""The last commit before the providers' bulk forms, per key group staging and bulk pickling."""
 
 
 def provider_settings(provider: str, state_dir: str) -> dict[str, Any]:
@@ -97,24 +105,54 @@ def run(
     }
 
 
-def checkpoint_cost(provider: StateProvider, keys: int, repeats: int) -> dict[str, float]:
-    """Stage and commit ``keys`` changed keys ``repeats`` times; seconds per checkpoint and bytes."""
-    namespace = f"bench/{uuid.uuid4().hex[:8]}/1"
-    times = []
+def baseline_provider(name: str, revision: str, config: dict[str, Any]) -> StateProvider:
+    """Provider ``name`` as it was at ``revision`` (its module read from git, loaded beside
+    today's ``rayflow._state`` so that its relative imports resolve)."""
+    path = BUILT_IN[name].rsplit(".", 1)[0].replace(".", "/") + ".py"
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, capture_output=True, check=True).stdout
+    module_name = f"rayflow._state._baseline_{name}"
+    spec = importlib.util.spec_from_loader(module_name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "rayflow._state"
+    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)  # noqa: S102 -- our own file from git
+    cls: type[StateProvider] = getattr(module, BUILT_IN[name].rsplit(".", 1)[1])
+    return cls(config, "bench")
+
+
+def checkpoint_cost(today: StateProvider, before: StateProvider, keys: int, repeats: int) -> dict[str, Any]:
+    """``repeats`` checkpoints of ``keys`` changed keys each, today's way and ``before``'s,
+    alternating which goes first; seconds per checkpoint of each and the bytes pickled."""
+    run_id = uuid.uuid4().hex[:8]
+    groups = range(DEFAULT_MAX_PARALLELISM)
+    namespaces = [group_namespace(f"bench-{run_id}", "count", g) for g in groups]
+    old_namespace = f"bench-{run_id}/count/1"
+
+    def now(changes: dict[str, int], txid: int) -> None:
+        staged, _ = split_changes(changes, 1, DEFAULT_MAX_PARALLELISM, groups, namespaces)
+        today.stage_many(txid, staged)
+        today.commit_many(namespaces, txid)
+
+    def then(changes: dict[str, int], txid: int) -> None:
+        before.stage(old_namespace, txid, changes)
+        before.commit(old_namespace, txid)
+
+    times: dict[str, list[float]] = {"today": [], "before": []}
     written = 0
     for txid in range(1, repeats + 1):
         changes = {f"word{i}": txid * i for i in range(keys)}
         written = sum(len(pickle.dumps(k, 5)) + len(pickle.dumps(v, 5)) for k, v in changes.items())
-        started = time.perf_counter()
-        provider.stage(namespace, txid, changes)
-        provider.commit(namespace, txid)
-        times.append(time.perf_counter() - started)
-    times.sort()
-    return {
-        "p50_ms": 1000 * statistics.median(times),
-        "p99_ms": 1000 * times[min(len(times) - 1, int(0.99 * len(times)))],
-        "bytes": written,
-    }
+        order = [("today", now), ("before", then)]
+        for which, checkpoint in order if txid % 2 else reversed(order):
+            started = time.perf_counter()
+            checkpoint(changes, txid)
+            times[which].append(time.perf_counter() - started)
+    result: dict[str, Any] = {"bytes": written}
+    for which, taken in times.items():
+        taken.sort()
+        result[which] = (1000 * statistics.median(taken), 1000 * taken[min(len(taken) - 1, int(0.99 * len(taken)))])
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,20 +164,25 @@ def main(argv: list[str] | None = None) -> int:
         "--exactly-once", nargs="*", default=[], metavar="PROVIDER", help="also run these providers exactly-once"
     )
     parser.add_argument("--skip-topology", action="store_true", help="only the checkpoint costs")
+    parser.add_argument("--baseline", default=BASELINE, help="the git revision whose providers to compare with")
     parser.add_argument("--config", default="{}", help="settings for every run, as JSON (default: none)")
     args = parser.parse_args(argv)
     state_dir = tempfile.mkdtemp(prefix="rayflow-bench-state-")
 
-    print("checkpoint cost (stage + commit of N changed keys):")
+    print(f"checkpoint cost (N changed keys: today over {DEFAULT_MAX_PARALLELISM} key groups | {args.baseline}):")
     for name in args.providers:
-        provider = open_provider(name, provider_settings(name, state_dir)["state_provider_config"], "bench")
-        for keys, repeats in ((1_000, 50), (100_000, 5)):
-            cost = checkpoint_cost(provider, keys, repeats)
+        settings = provider_settings(name, state_dir)["state_provider_config"]
+        today = open_provider(name, settings, "bench")
+        before = baseline_provider(name, args.baseline, settings)
+        for keys, repeats in ((1_000, 50), (100_000, 7)):
+            cost = checkpoint_cost(today, before, keys, repeats)
+            (p50, p99), (old_p50, old_p99) = cost["today"], cost["before"]
             print(
-                f"  {name:7} {keys:>7,} keys: p50 {cost['p50_ms']:8.1f} ms  p99 {cost['p99_ms']:8.1f} ms  "
-                f"{cost['bytes'] / 1e6:6.2f} MB pickled"
+                f"  {name:7} {keys:>7,} keys: today p50 {p50:7.1f} ms p99 {p99:7.1f} ms | before p50 {old_p50:7.1f} ms "
+                f"p99 {old_p99:7.1f} ms | {old_p50 / p50:4.1f}x  {cost['bytes'] / 1e6:5.2f} MB pickled"
             )
-        provider.close()
+        today.close()
+        before.close()
     if args.skip_topology:
         return 0
 

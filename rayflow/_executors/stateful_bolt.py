@@ -45,6 +45,7 @@ from .._state.key_groups import (
     legacy_namespaces,
     owned_groups,
     read_layout,
+    split_changes,
 )
 from .._state.key_value import KeyValueState
 from .._state.provider import StateError, StateProvider, task_provider, topology_name
@@ -237,25 +238,15 @@ class StatefulBoltAdapter(BoltKind):
         """``changes`` split by the namespace each key lives in, with the layout record while
         the component has none (or an older one). Raises ``StateError`` for a key this task
         does not own (the module doc of ``_state/key_groups.py``)."""
-        staged: dict[str, dict[Any, Any]] = {}
-        if not self.layout.keyed:
-            staged[self.namespaces[0]] = changes
-        elif changes:
-            fields, groups, first = self.layout.fields, self.layout.max_parallelism, self.groups.start
-            owned, names = self.groups, self.namespaces
-            foreign = []
-            for key, value in changes.items():
-                group = key_group(key, fields, groups)
-                if group in owned:
-                    ns = names[group - first]
-                    if ns in staged:
-                        staged[ns][key] = value
-                    else:
-                        staged[ns] = {key: value}
-                else:
-                    foreign.append(key)
+        layout = self.layout
+        if layout.keyed:
+            staged, foreign = split_changes(
+                changes, layout.fields, layout.max_parallelism, self.groups, self.namespaces
+            )
             if foreign:
                 raise self._foreign(foreign)
+        else:
+            staged = {self.namespaces[0]: changes}
         if self.recorded != self.layout.record():
             staged[self._layout_ns] = layout_changes(self.layout)
         return staged

@@ -63,10 +63,11 @@ __all__ = [
     "load_component",
     "owned_groups",
     "owner",
+    "split_changes",
 ]
 
-DEFAULT_MAX_PARALLELISM = 128
-"""Flink's default: enough groups to spread over up to 128 tasks, few enough to load quickly."""
+DEFAULT_MAX_PARALLELISM = StatefulBolt.max_parallelism
+"""128, Flink's default: enough groups for up to 128 tasks, few enough to load quickly."""
 
 LAYOUT = "layout"
 _LAYOUT_KEY = "layout"
@@ -99,6 +100,30 @@ def key_group(key: Any, fields: int, max_parallelism: int) -> int:
     else:
         return -1  # not a key of this bolt: owned by no task
     return h % max_parallelism
+
+
+def split_changes(
+    changes: dict[Any, Any], fields: int, max_parallelism: int, groups: range, namespaces: list[str]
+) -> tuple[dict[str, dict[Any, Any]], list[Any]]:
+    """``changes`` split by the namespace of each key's group (``namespaces[i]`` holds group
+    ``groups[i]``), and the keys whose group is not in ``groups``: a checkpoint's work."""
+    staged: dict[str, dict[Any, Any]] = {}
+    foreign: list[Any] = []
+    first, crc32 = groups.start, zlib.crc32
+    for key, value in changes.items():
+        if fields == 1 and type(key) is str:  # most keys: ``key_group`` inlined
+            group = crc32(key.encode("utf-8", "surrogatepass")) % max_parallelism
+        else:
+            group = key_group(key, fields, max_parallelism)
+        if group in groups:
+            ns = namespaces[group - first]
+            if ns in staged:
+                staged[ns][key] = value
+            else:
+                staged[ns] = {key: value}
+        else:
+            foreign.append(key)
+    return staged, foreign
 
 
 def owner(group: int, parallelism: int, max_parallelism: int) -> int:

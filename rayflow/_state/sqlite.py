@@ -87,6 +87,22 @@ def check_private(path: str, what: str) -> None:
         )
 
 
+def _apply(db: sqlite3.Connection, namespace: str, changes: dict[Any, Any]) -> None:
+    """Write one staged set of changes into ``committed``."""
+    dumps = pickle.dumps
+    puts, deletes = [], []
+    for key, value in changes.items():
+        if value is DELETED:
+            deletes.append((namespace, dumps(key, protocol=5)))
+        else:
+            puts.append((namespace, dumps(key, protocol=5), dumps(value, protocol=5)))
+    puts.sort()  # in index order: each page of the index is visited once
+    db.executemany(
+        "INSERT INTO committed VALUES (?, ?, ?) ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value", puts
+    )
+    db.executemany("DELETE FROM committed WHERE ns = ? AND key = ?", deletes)
+
+
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
     return [items[i : i + IN_CHUNK] for i in range(0, len(items), IN_CHUNK)]
 
@@ -178,28 +194,13 @@ class SqliteStateProvider(StateProvider):
 
     def commit_many(self, namespaces: Sequence[str], txid: int) -> None:
         def apply(db: sqlite3.Connection) -> None:
-            final: dict[tuple[str, Any], Any] = {}
             for chunk in _chunks(namespaces):
                 marks = _marks(chunk)
                 self._apply_legacy_staged(db, chunk, marks)
                 query = f"SELECT ns, changes FROM staging WHERE ns IN ({marks}) ORDER BY rowid"
-                for ns, blob in db.execute(query, chunk).fetchall():
-                    for key, value in pickle.loads(blob).items():
-                        final[ns, key] = value
+                for ns, blob in db.execute(query, chunk).fetchall():  # in staging order: a later one wins
+                    _apply(db, ns, pickle.loads(blob))
                 db.execute(f"DELETE FROM staging WHERE ns IN ({marks})", chunk)
-            dumps = pickle.dumps
-            puts, deletes = [], []
-            for (ns, key), value in final.items():
-                if value is DELETED:
-                    deletes.append((ns, dumps(key, protocol=5)))
-                else:
-                    puts.append((ns, dumps(key, protocol=5), dumps(value, protocol=5)))
-            puts.sort()  # in index order: each page of the index is written once
-            db.executemany(
-                "INSERT INTO committed VALUES (?, ?, ?) ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value",
-                puts,
-            )
-            db.executemany("DELETE FROM committed WHERE ns = ? AND key = ?", deletes)
             db.executemany("INSERT OR REPLACE INTO txids VALUES (?, ?)", [(ns, txid) for ns in namespaces])
 
         self._write(apply)
