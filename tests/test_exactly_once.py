@@ -279,6 +279,45 @@ class TestARestartHeardLate:
         assert sorted(run.acked("sentences")) == list(range(30))
 
 
+class _Poisoned(Split):
+    """Fails ``poison`` every time it comes, after emitting half of it."""
+
+    def __init__(self, poison: str) -> None:
+        super().__init__(frozenset({poison}))
+
+    def execute(self, tup: Any) -> None:
+        self.failed.clear()
+        super().execute(tup)
+
+
+class TestAMessageThatAlwaysFails:
+    def test_it_stops_the_topology_at_its_cut_and_rolls_back_once_an_interval(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Sentence 12 fails every time. No cut past it can commit (it would hold half of it),
+        so the topology goes back to its last cut again and again, as Flink's job would; past a few
+        rollbacks in a row each one waits for the checkpoint interval, instead of replaying as
+        fast as the cores allow, and the log says why."""
+        from .exactly_once_components import Count
+
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Numbered(30))
+        builder.set_bolt("split", _Poisoned(sentence(12))).shuffle_grouping("sentences")
+        builder.set_bolt("count", Count()).fields_grouping("split", ["word"])
+        run = InProcessTopology(builder.create_topology(), EXACTLY_ONCE.merged({"max_spout_pending": 4}))
+        seconds = 20
+        for _ in range(seconds):
+            run.run()
+            run.advance(1.0)
+        rollbacks = run.metrics()["__checkpoint"]["rollbacks"]
+        assert 3 <= rollbacks <= seconds + 3, rollbacks
+        assert "rollbacks in a row" in caplog.text
+        committed = sorted(run.acked("sentences"))  # the cut it stops at: never past sentence 12
+        assert committed == list(range(len(committed))) and len(committed) <= 12
+        run.settle()
+        assert counts_of(run.components("count")) == true_counts(len(committed))
+
+
 class _ReplayingNumbered(Numbered):
     """At-least-once: replays what fails."""
 

@@ -65,6 +65,12 @@ INITSTATE, PREPARE, COMMIT, ROLLBACK = "initstate", "prepare", "commit", "rollba
 COMMITTED, PREPARING, COMMITTING = "committed", "preparing", "committing"
 _RECOVERY = {COMMITTED: INITSTATE, PREPARING: ROLLBACK, COMMITTING: COMMIT}
 _TX_KEY = "transaction"
+ROLLBACKS_BEFORE_PAUSE = 3
+"""Exactly-once: rollbacks in a row (no two commits in a row between them: right after a
+rollback a commit may only repeat the cut it returned to) before each further one waits for the next
+checkpoint interval. A message that fails every time (a poison message) would otherwise roll the
+topology back as fast as it can replay, burning every core; paused, it costs one replay per
+interval while the log names it."""
 
 
 def namespace(conf: dict[str, Any], component: str, task: int) -> str:
@@ -100,6 +106,10 @@ class CheckpointSpout(Spout):
         self._prepared_at = 0.0
         self.rollback_due = False
         """Exactly-once: something failed since the last commit; roll back before going on."""
+        self.rollbacks_in_row = 0
+        """Exactly-once: rollbacks with no two commits in a row between them
+        (``ROLLBACKS_BEFORE_PAUSE``)."""
+        self._clean_commits = 0
         self._load()
 
     def _load(self) -> None:
@@ -181,7 +191,22 @@ class CheckpointSpout(Spout):
         if self.in_flight is not None and self.in_flight[1] == PREPARE:
             self.in_flight = None
             self.recovering = True
+        self._pause_if_looping()
         self._step()
+
+    def _pause_if_looping(self) -> None:
+        """Exactly-once: past ``ROLLBACKS_BEFORE_PAUSE`` rollbacks in a row, the next one waits
+        for the interval's tick."""
+        if not self.exactly_once or self.rollbacks_in_row < ROLLBACKS_BEFORE_PAUSE or self.hold_until_tick:
+            return
+        if self.rollbacks_in_row % ROLLBACKS_BEFORE_PAUSE == 0:
+            logger.warning(
+                "checkpoint spout: %d rollbacks in a row: each further one waits for the "
+                "next checkpoint interval. A message that fails every time keeps the topology from moving on: "
+                "the warnings above name its tree and the error that failed it",
+                self.rollbacks_in_row,
+            )
+        self.hold_until_tick = True
 
     # -- the spout lifecycle ----------------------------------------------------------------------
     def next_tuple(self) -> None:
@@ -200,6 +225,9 @@ class CheckpointSpout(Spout):
         if action == COMMIT:
             if self._persist(txid, COMMITTED):
                 self.commits += 1
+                self._clean_commits += 1
+                if self._clean_commits >= 2:  # one commit may be the bare cut a rollback returned to
+                    self.rollbacks_in_row = 0
                 if self._prepared_at:
                     self.took.append(time.perf_counter() - self._prepared_at)
                     self._prepared_at = 0.0
@@ -207,6 +235,8 @@ class CheckpointSpout(Spout):
             if self._persist(txid - 1, COMMITTED):
                 logger.warning("checkpoint spout: transaction %d rolled back", txid)
                 self.rollbacks += 1
+                self.rollbacks_in_row += 1
+                self._clean_commits = 0
                 self.recovering = True
                 self.rollback_due = False
         elif action == INITSTATE:
@@ -221,6 +251,7 @@ class CheckpointSpout(Spout):
         if action == PREPARE:
             logger.warning("checkpoint spout: transaction %d failed to prepare: rolling back", txid)
             self.recovering = True  # PREPARING(txid) is stored: recovery rolls it back
+            self._pause_if_looping()
             self._step()
         else:  # COMMIT, ROLLBACK and INITSTATE are sent again, at the next interval
             self.recovering = True
