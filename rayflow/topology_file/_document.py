@@ -5,6 +5,12 @@ holds a plain value, the file, the 1-based line and its path in that file (``bol
 Only plain data comes out: a YAML tag that asks for a Python object is a problem, never obeyed.
 Nodes keep their origin when ``includes`` moves them into another document, so an error found
 after merging still names the file and line the user wrote.
+
+Parsing stays within the load's ``Budget`` (``_reading``): values are counted as they are
+composed, nesting and the length of a value are checked there too, and before anything is built
+the size each alias and merge key would expand to is worked out from the composed graph, once per
+node. A billion-laughs file is refused at the line where its expansion passes the limit, after
+reading its few dozen nodes, not after building a million.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import yaml
 
 from ._errors import Problem
+from ._reading import MAX_DEPTH, MAX_SCALAR_CHARS, MAX_VALUES, Budget, OverBudget
 from ._substitution import Placeholders
 
 __all__ = ["Node", "join_path", "parse_document"]
@@ -24,9 +31,6 @@ __all__ = ["Node", "join_path", "parse_document"]
 _PLAIN_KEY = re.compile(r"[A-Za-z_][\w.\-]*\Z")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
-MAX_NODES = 1_000_000
-MAX_DEPTH = 100
-"""Collections nested deeper than this are refused: no topology needs it, and later checks recurse."""
 
 
 def join_path(path: str, key: Any) -> str:
@@ -99,19 +103,26 @@ class Node:
         return Problem(node.file, node.line, path, message)
 
 
-def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[Node | None, list[Problem]]:
-    """Parse one file. A YAML syntax error yields no tree; other problems (duplicate keys, tags,
-    unresolved placeholders) are reported alongside the tree."""
+def parse_document(
+    text: str, file: str, placeholders: Placeholders, budget: Budget | None = None
+) -> tuple[Node | None, list[Problem]]:
+    """Parse one file, counting its values against ``budget`` (a fresh one when not given). A
+    YAML syntax error, or a file over the budget, yields no tree; other problems (duplicate
+    keys, tags, unresolved placeholders) are reported alongside the tree."""
+    budget = Budget() if budget is None else budget
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _BoundedLoader(text, budget)
     except yaml.reader.ReaderError as exc:
         return None, [_reader_problem(exc, text, file)]
     try:
         root = loader.get_single_node()
         if root is None:
             return None, [Problem(file, 1, "", "the file is empty: a topology needs at least name and spouts")]
+        budget.charge_values(max(_expanded_size(root) - loader.composed, 0))
         builder = _TreeBuilder(loader, file, placeholders)
         return builder.build(root, "", root.start_mark.line + 1), builder.problems
+    except _Refused as exc:
+        return None, [Problem(file, exc.line, "", exc.message)]
     except yaml.reader.ReaderError as exc:
         return None, [_reader_problem(exc, text, file)]
     except yaml.MarkedYAMLError as exc:
@@ -122,6 +133,81 @@ def parse_document(text: str, file: str, placeholders: Placeholders) -> tuple[No
         return None, [Problem(file, 1, "", f"invalid YAML: nested more than {MAX_DEPTH} levels deep")]
     finally:
         loader.dispose()
+
+
+class _Refused(Exception):
+    """The file cannot be parsed within its limits: ``message`` says why, at 1-based ``line``."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(line, message)
+        self.line = line
+        self.message = message
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader`` composing within a budget: each value composed is counted (so a
+    file of a million tiny values stops at the limit, not after the million), nesting deeper
+    than ``MAX_DEPTH`` and a value longer than ``MAX_SCALAR_CHARS`` are refused at their line."""
+
+    def __init__(self, text: str, budget: Budget) -> None:
+        super().__init__(text)
+        self.budget = budget
+        self.composed = 0
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(line, f"invalid YAML: nested more than {MAX_DEPTH} levels deep")
+        try:
+            self.budget.charge_values(1)
+        except OverBudget as exc:
+            raise _Refused(line, str(exc)) from None
+        self.composed += 1
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.ScalarNode) and len(node.value) > MAX_SCALAR_CHARS:
+            raise _Refused(
+                line, f"a value of {len(node.value):,} characters, longer than the {MAX_SCALAR_CHARS:,} allowed"
+            )
+        return node
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many values building ``root`` makes, each alias and merge key expanded where it is
+    used: worked out once per composed node, so in time linear in the file. Raises ``_Refused``
+    at the first collection whose expansion passes ``MAX_VALUES``. A recursive alias counts as
+    one value (the builder reports it)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if isinstance(node, yaml.ScalarNode):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in open_:
+            return 1
+        open_.add(id(node))
+        try:
+            children = node.value if isinstance(node, yaml.SequenceNode) else [value for _, value in node.value]
+            total = 1 + sum(size(child) for child in children)
+        finally:
+            open_.discard(id(node))
+        if total > MAX_VALUES:
+            raise _Refused(
+                node.start_mark.line + 1,
+                f"the aliases or merge keys in this value expand to more than {MAX_VALUES:,} values, the limit"
+                " for one load",
+            )
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
 
 
 def _reader_problem(exc: yaml.reader.ReaderError, text: str, file: str) -> Problem:
@@ -148,21 +234,17 @@ def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
 
 
 class _TreeBuilder:
-    def __init__(self, loader: yaml.SafeLoader, file: str, placeholders: Placeholders) -> None:
+    def __init__(self, loader: _BoundedLoader, file: str, placeholders: Placeholders) -> None:
         self.loader = loader
         self.file = file
         self.placeholders = placeholders
         self.problems: list[Problem] = []
         self._open: set[int] = set()
-        self._built = 0
 
     def report(self, line: int, path: str, message: str) -> None:
         self.problems.append(Problem(self.file, line, path, message))
 
     def build(self, node: yaml.Node, path: str, line: int) -> Node:
-        self._built += 1
-        if self._built > MAX_NODES:
-            raise yaml.YAMLError(f"more than {MAX_NODES} values: are aliases expanding without bound?")
         if len(self._open) >= MAX_DEPTH:
             self.report(line, path, f"nested more than {MAX_DEPTH} levels deep")
             return Node(None, self.file, line, path, reported=True)

@@ -13,6 +13,13 @@ includes itself, directly or through others, is an include cycle. Merging, key b
   ``spouts`` and ``bolts`` merge by ``id`` (the winner's entry
   replaces the whole component); ``streams`` by (``from``, ``to``, ``grouping.stream``);
   anything else is replaced whole. Later includes win over earlier ones.
+
+One load reads each real path once, however often and under whatever names (symlinks, ``..``)
+it is included: the file's tree, with its own includes merged, is kept and merged again where
+it is included again. Reading stays within the load's ``Budget`` (files, bytes, values; see
+``_reading``), and so does merging: a merge whose result would hold more than ``MAX_VALUES``
+values is refused at the include's line, so a chain of files each including the next twice
+cannot double a list at every level.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from .._config import Config
 from ._document import Node, parse_document
 from ._errors import Problem
 from ._models import IncludeSpec
-from ._reading import read_text
+from ._reading import MAX_VALUES, Budget
 from ._substitution import substitute
 from ._validation import validate_node
 
@@ -48,6 +55,10 @@ class _Reader:
         self.properties = properties
         self.environ = environ
         self.problems: list[Problem] = []
+        self.budget = Budget()
+        self.done: dict[str, Node | None] = {}
+        """Each real path read, and its tree with its includes merged (``None``: unreadable)."""
+        self._sizes: dict[int, tuple[Node, int]] = {}
 
     def read(self, file: str, included_at: Node | None, stack: list[tuple[str, str]]) -> Node | None:
         """Parse ``file``; ``stack`` holds the (real path, shown name) of the files including it."""
@@ -57,21 +68,30 @@ class _Reader:
             cycle = [name for _, name in stack[reals.index(real) :]]
             self.problems.append(included_at.problem(f"include cycle: {' -> '.join([*cycle, file])}"))
             return None
-        try:
-            text = read_text(file)
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if real in self.done:
+            return self.done[real]
+        self.done[real] = tree = self._parse(file, included_at)
+        if tree is not None and isinstance(tree.value, dict) and "includes" in tree.value:
+            self.done[real] = tree = self._merge_includes(tree, file, [*stack, (real, file)])
+        return tree
+
+    def _parse(self, file: str, included_at: Node | None) -> Node | None:
+        def cannot(reason: str) -> None:
             if included_at is None:
                 self.problems.append(Problem(file, 0, "", f"cannot read the file: {reason}"))
             else:
                 self.problems.append(included_at.problem(f"cannot read included file {file}: {reason}"))
+
+        try:
+            text = self.budget.read(file)
+            text, placeholders = substitute(text, self.properties, self.environ, self.budget.bytes_left())
+            self.budget.charge_bytes(len(text))
+        except (OSError, ValueError) as exc:
+            cannot(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
             return None
-        text, placeholders = substitute(text, self.properties, self.environ)
-        tree, problems = parse_document(text, file, placeholders)
+        tree, problems = parse_document(text, file, placeholders, self.budget)
         self.problems += problems
-        if tree is None or not isinstance(tree.value, dict) or "includes" not in tree.value:
-            return tree
-        return self._merge_includes(tree, file, [*stack, (real, file)])
+        return tree
 
     def _merge_includes(self, tree: Node, file: str, stack: list[tuple[str, str]]) -> Node:
         entries = tree.value["includes"]
@@ -91,14 +111,37 @@ class _Reader:
                 continue
             if not isinstance(included.value, dict):
                 self.problems.append(included.problem("an included file must be a mapping, like a topology file"))
-            elif include.override:
-                over = included if over is None else merge(over, included)
+                continue
+            side, other = (over, under) if include.override else (under, over)
+            side = included if side is None else merge(side, included)
+            if self._size(side) + self._size(own) + (0 if other is None else self._size(other)) > MAX_VALUES:
+                self.problems.append(
+                    (entry.child("file") or entry).problem(
+                        f"with this include the file would hold more than {MAX_VALUES:,} values, the limit for one load"
+                        " (a file included many times over?)"
+                    )
+                )
+                continue
+            if include.override:
+                over = side
             else:
-                under = included if under is None else merge(under, included)
+                under = side
         merged = own if under is None else merge(under, own)
         if over is not None:
             merged = merge(merged, over)
         return Node(merged.value, tree.file, tree.line, tree.path)
+
+    def _size(self, node: Node) -> int:
+        """How many values ``node`` holds, each shared subtree counted where it appears;
+        remembered per node (nodes are never changed once merged), so each is counted once."""
+        known = self._sizes.get(id(node))
+        if known is not None:
+            return known[1]
+        value = node.value
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        size = 1 + sum(self._size(child) for child in children)
+        self._sizes[id(node)] = (node, size)
+        return size
 
     def _include_spec(self, entry: Node) -> IncludeSpec | None:
         if isinstance(entry.value, str):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._reading import read_text
+from ._reading import MAX_LOAD_BYTES, OverBudget, read_text
 
 __all__ = ["Placeholders", "read_properties", "substitute"]
 
@@ -53,18 +53,32 @@ class Placeholders:
         return _TOKEN.sub(back, text), found
 
 
-def substitute(text: str, properties: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, Placeholders]:
-    """Replace every ``${...}`` that can be; tokens stand in for the rest (see the module doc)."""
+def substitute(
+    text: str, properties: Mapping[str, str], environ: Mapping[str, str], limit: int | None = None
+) -> tuple[str, Placeholders]:
+    """Replace every ``${...}`` that can be; tokens stand in for the rest (see the module doc).
+    Raises ``OverBudget`` as soon as the text would grow past ``limit`` characters, before it
+    is built: a short file of ``${key}`` with a long value is not a way to exhaust memory."""
     left = Placeholders()
+    length = len(text)
 
     def replace(match: re.Match[str]) -> str:
+        nonlocal length
         escaped, name = match.group(1), match.group(2).strip()
         if escaped:
-            return left.token(match.group(0)[1:], None)
-        value, problem = _lookup(name, properties, environ)
-        if problem is None and ("\n" in value or "\r" in value):
-            problem = f"the value of ${{{name}}} spans several lines; only single-line values can be substituted"
-        return left.token(match.group(0), problem) if problem else value
+            out = left.token(match.group(0)[1:], None)
+        else:
+            value, problem = _lookup(name, properties, environ)
+            if problem is None and ("\n" in value or "\r" in value):
+                problem = f"the value of ${{{name}}} spans several lines; only single-line values can be substituted"
+            out = left.token(match.group(0), problem) if problem else value
+        length += len(out) - len(match.group(0))
+        if limit is not None and length > limit:
+            raise OverBudget(
+                f"its ${{...}} placeholders substituted, it passes the {limit:,} characters left of the"
+                f" {MAX_LOAD_BYTES // 1024} KiB of text one load may parse"
+            )
+        return out
 
     return _PLACEHOLDER.sub(replace, text), left
 
