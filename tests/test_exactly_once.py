@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rayflow import BatchBolt, Bolt, Config, TopologyBuilder, TopologyError, WindowedBolt
-from rayflow import Count as CountLength
+from rayflow import BatchBolt, Bolt, Config, TopologyBuilder, TopologyError
 from rayflow.testing import InProcessTopology, complete_topology
 
 from .exactly_once_components import Numbered, Split, Unseekable, sentence, true_counts, wordcount
@@ -60,17 +59,6 @@ class TestTheGuaranteeIsAsked:
         builder.set_bolt("split", Split()).shuffle_grouping("sentences")
         with pytest.raises(TopologyError, match="needs an acker"):
             InProcessTopology(builder.create_topology(), EXACTLY_ONCE.merged({"ackers": 0}))
-
-    def test_a_windowed_bolt_is_refused(self) -> None:
-        class Windows(WindowedBolt):
-            def execute(self, window: Any) -> None:
-                pass
-
-        builder = TopologyBuilder()
-        builder.set_spout("sentences", Numbered(3))
-        builder.set_bolt("windows", Windows().with_tumbling_window(CountLength(2))).shuffle_grouping("sentences")
-        with pytest.raises(TopologyError, match="bolt 'windows' is a WindowedBolt"):
-            complete_topology(builder.create_topology(), EXACTLY_ONCE)
 
 
 class TestAFailedSentence:

@@ -16,7 +16,6 @@ from .._errors import TopologyError
 from .._groupings import AllGrouping
 from .._state.checkpoint import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, CheckpointSpout
 from .._topology import ComponentSpec, Subscription, Topology
-from .._windows.bolt import WindowedBolt
 
 __all__ = ["exactly_once", "with_guarantee"]
 
@@ -69,11 +68,5 @@ def _problems(topology: Topology, conf: Config) -> list[str]:
                 f"spout {spec.id!r} ({type(spec.component).__name__}) cannot run exactly-once: it has no "
                 f"{' and no '.join(missing)}(); a spout must say where it stands (position) and go back there "
                 "(seek) for a rollback to replay exactly what the last checkpoint did not cover"
-            )
-    for spec in topology.bolts:
-        if isinstance(spec.component, WindowedBolt):
-            problems.append(
-                f"bolt {spec.id!r} is a WindowedBolt: its open windows are not part of a checkpoint yet, so it "
-                "cannot run exactly-once; use processing_guarantee 'at_least_once' for this topology"
             )
     return problems

@@ -31,7 +31,6 @@ Neither manager acks late: an item leaves at the first moment no later window ca
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -86,7 +85,8 @@ class TimeWindows(Generic[T]):
         self.slide = slide.ms
         self._ts: list[float] = []
         self._items: list[tuple[int, T]] = []
-        self._seq = itertools.count()
+        self._seq = 0
+        """The sequence number of the next item (a plain int, so the windows pickle: ``contents.py``)."""
         self._next_end = -math.inf
         self._previous: set[int] = set()
         self._expired: list[T] = []
@@ -105,7 +105,8 @@ class TimeWindows(Generic[T]):
         """Hold ``item`` (timestamp ``ts`` ms) until its last window has fired."""
         i = bisect.bisect_right(self._ts, ts)
         self._ts.insert(i, ts)
-        self._items.insert(i, (next(self._seq), item))
+        self._items.insert(i, (self._seq, item))
+        self._seq += 1
         return Step()
 
     def advance(self, now: float) -> Step[T]:
@@ -150,7 +151,7 @@ class CountWindows(Generic[T]):
         self.length = length
         self.slide = slide
         self._items: deque[tuple[float, int, T]] = deque()
-        self._seq = itertools.count()
+        self._seq = 0
         self._arrived = 0
         self._delivered = -1
         self._expired: list[T] = []
@@ -161,7 +162,8 @@ class CountWindows(Generic[T]):
     def add(self, now: float, item: T) -> Step[T]:
         step: Step[T] = Step()
         items = self._items
-        items.append((now, next(self._seq), item))
+        items.append((now, self._seq, item))
+        self._seq += 1
         length = self.length
         if isinstance(length, Count) and len(items) > length.n:
             self._evict(step)

@@ -9,7 +9,9 @@
   window fires, so a longer window would time out every tree -- and a count window (length
   plus slide) fits in ``max_spout_pending`` when that is set, or the spouts stop before the
   window fills and it never fires. Topology files put each problem on its bolt's line
-  (``config_problems``).
+  (``config_problems``). Under exactly-once a window holds no tree (its inputs are acked on
+  arrival and the windows are in the checkpoint: ``contents.py``), so neither applies, and
+  ``pending_advice`` has nothing to say.
 
 Each problem names the bolt and the numbers.
 
@@ -141,6 +143,8 @@ def check_window_settings(topology: Bolts, conf: Config) -> None:
 
 def config_problems(bolt: str, settings: WindowSettings, conf: Config) -> list[str]:
     """What ``conf`` (the bolt's own, merged) cannot carry of windowed bolt ``bolt``'s window."""
+    if conf.processing_guarantee == "exactly_once":
+        return []
     problems = []
     where = f"windowed bolt {bolt!r}"
     held = held_secs(settings)
@@ -168,6 +172,8 @@ def pending_advice(topology: Bolts, conf: Config) -> list[str]:
     ``max_spout_pending / held`` trees a second (the default budget caps a 10 s window near
     500 a second). Not an error: the rate the user needs is not known here."""
     pending = conf.max_spout_pending
+    if conf.processing_guarantee == "exactly_once":
+        return []
     advice = []
     for spec in topology.bolts:
         settings = spec.component.window_settings if isinstance(spec.component, WindowedBolt) else None

@@ -1,0 +1,70 @@
+"""``WindowContents``: what a windowed task holds, as exactly-once puts it in a checkpoint's cut.
+
+Under ``processing_guarantee="exactly_once"`` a windowed task acks each input as it takes it
+into its windows (``_executors/windowed_bolt.py``), so no spout replays what a window held when
+something fails: the topology rolls back to the last committed cut instead, and the task must
+find its windows there as they were at the cut. The contents are everything the windows need
+to fire the same windows again:
+
+- the manager (``manager.py``): the tuples held, their timestamps, and its own bookkeeping --
+  the next window end, the tuples a window already delivered (for ``get_new``), those that
+  expired (for ``get_expired``), the arrivals counted towards a count slide;
+- the bolt's clock (ms: processing time is counted in the bolt's timer steps, so it goes back
+  with the rest);
+- on event time, the watermark and, per input, the largest timestamp it sent and when it was
+  last heard (``watermark.py``).
+
+They are pickled whole (``dump``): the tuples with their values and their ``TupleSource`` (a
+restored tuple reads its fields by name, as the one that arrived); their trees are gone, since
+every tuple held was acked when it arrived. The window settings go with them, and ``load``
+refuses contents written under other settings: windows of another length or slide cannot be
+carried over, and silently starting empty would lose the inputs they held (which the spouts will
+not replay: their positions were committed past them).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from .._errors import StateError
+from .._tuple import Tuple
+from .bolt import WindowSettings
+from .manager import Manager
+
+__all__ = ["WindowContents", "dump", "load"]
+
+
+@dataclass
+class WindowContents:
+    """One windowed task's windows at a checkpoint (see the module doc)."""
+
+    settings: WindowSettings
+    windows: Manager[Tuple]
+    clock: float = 0.0
+    watermark: float | None = None
+    """Event time: the watermark (``None`` on processing time)."""
+    latest: dict[Hashable, float] = field(default_factory=dict)
+    heard: dict[Hashable, float] = field(default_factory=dict)
+
+
+def dump(contents: WindowContents) -> bytes:
+    """``contents`` as bytes: a copy taken now, which later arrivals do not change."""
+    return pickle.dumps(contents, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load(blob: bytes, settings: WindowSettings, where: str) -> WindowContents:
+    """The contents ``dump`` wrote; ``where`` names the task for the error.
+
+    Raises:
+        StateError: the contents were written under other window settings than ``settings``.
+    """
+    contents: WindowContents = pickle.loads(blob)
+    if contents.settings != settings:
+        raise StateError(
+            f"{where}: the committed windows were written with {contents.settings}, but the bolt now has "
+            f"{settings}: open windows cannot be carried over to another window; submit the topology with "
+            "its old window settings until its windows are empty, or under another topology.name to start afresh"
+        )
+    return contents
