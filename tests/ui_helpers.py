@@ -140,6 +140,12 @@ class FakeHandle:
     def task_metrics(self) -> dict[int, dict[str, Any]]:
         return {task: dict(m) for task, m in self.tasks.items()}
 
+    def activate(self) -> None:
+        self.active = True
+
+    def deactivate(self) -> None:
+        self.active = False
+
 
 def task(metrics: TaskMetrics, task_id: int, **extra: Any) -> dict[str, Any]:
     """What ``handle.task_metrics()`` says of one task."""

@@ -1,5 +1,5 @@
-"""``UiServer``: a running topology's web page, its JSON API and ``/metrics``, served by the
-standard library's threaded HTTP server on a daemon thread of the driver.
+"""``UiServer``: a running topology's web page, its JSON API and ``/metrics``, served by aiohttp's
+server on one event loop, on a daemon thread of the driver.
 
 Routes (``docs/ui.md`` documents them for scripts):
 
@@ -12,24 +12,39 @@ Routes (``docs/ui.md`` documents them for scripts):
     GET  /metrics               Prometheus text
     POST /api/activate | /api/deactivate | /api/kill
 
-Safety. It binds 127.0.0.1 unless told otherwise, and refuses another address without a token.
-A POST must carry the header ``X-Rayflow-Token``: the token when there is one; without one
+Who may act. It binds 127.0.0.1 unless told otherwise, and refuses another address without a
+token. A POST must carry the header ``X-Rayflow-Token``: the token when there is one; without one
 (loopback only) any value. A page of another origin cannot send that header without a CORS
-preflight, which this server never grants, so it cannot act through a user's browser. On
-loopback, a request whose ``Host`` is not a loopback name is refused (DNS rebinding). GETs
-need no token: what they show is what ``/metrics`` gives a scraper anyway.
+preflight, which this server never grants, so it cannot act through a user's browser. A request
+whose ``Host`` is a name this machine does not answer to is refused (DNS rebinding: a site that
+points its own name at this address still sends that name): on loopback only loopback names;
+elsewhere also the machine's own names and any IP address. GETs need no token: what they show is
+what ``/metrics`` gives a scraper anyway. The token is never in a URL (the page asks for it) nor
+in a log line (requests are logged by path, at DEBUG).
+
+What a client can make the driver hold (the driver owns the topology: if it dies of memory, the
+topology dies with it). Everything is decided on the request line and headers: no request body
+is ever read, and a request that announces one is answered (403 without the token, 413 with it)
+and its connection closed, so what it sent is never buffered beyond a socket's read buffer
+(``_READ_BUFFER``). Headers are bounded in number and length (aiohttp's parser). A connection
+that has not sent a whole request within ``idle_secs`` of connecting, or of its last answer, is
+closed (slowloris). At most ``max_connections`` are open; a new one over that closes the oldest.
+Connections cost no thread: the loop serves them all, and what an answer computes (a poll's
+view, a Ray call, Graphviz) runs on ``_WORKERS`` threads.
 
 A kill is answered first and done after, on a thread of its own: the kill closes this server.
 
 The page takes a handle; the runtime knows nothing of it. A server binds its port when it is
 made and serves a topology from ``serve(handle)`` on, so ``rayflow run --ui`` can print the URL
-before Ray has started (a browser opened at once waits for the first answer). It closes itself
-once its recorder sees the handle killed, however that came about; whoever composed it (the
-``rayflow run`` command, ``LocalCluster``) may close it sooner.
+before Ray has started (a browser opened at once waits in the listen backlog for the first
+answer). It closes itself once its recorder sees the handle killed, however that came about;
+whoever composed it (the ``rayflow run`` command, ``LocalCluster``) may close it sooner.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
 import ipaddress
 import json
@@ -37,11 +52,14 @@ import logging
 import socket
 import threading
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from .._errors import ConfigError, RayflowError
 from .._topology import Topology
@@ -52,24 +70,37 @@ from ._series import task_capacity
 if TYPE_CHECKING:
     from .._runtime.handle import TopologyHandle
 
-__all__ = ["TOKEN_HEADER", "UiServer", "is_loopback"]
+__all__ = ["IDLE_SECS", "MAX_CONNECTIONS", "TOKEN_HEADER", "UiServer", "host_allowed", "is_loopback"]
 
 logger = logging.getLogger("rayflow")
 
 TOKEN_HEADER = "X-Rayflow-Token"
+IDLE_SECS = 10.0
+"""How long a connection may take to send a whole request, from its opening or its last answer
+(the page asks every second, so its connection never idles that long)."""
+MAX_CONNECTIONS = 64
+"""Open connections at once; a browser keeps about six to a server."""
+_WORKERS = 4
+_READ_BUFFER = 64 * 1024
+_MAX_HEADERS = 32
+_CLOSE_SECS = 2.0
+"""How long ``close`` lets answers under way finish before it drops their connections."""
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Server": "rayflow"}
 _ACTIONS = ("activate", "deactivate", "kill")
 _NOT_SERVING = "this web page shows no topology yet: call serve(handle) first"
 _TASK_FIELDS = (
-    *("component", "kind", "alive", "restarts", "node_id", "pid", "emitted", "transferred", "acked", "failed"),
-    *("executed", "errors", "last_error", "last_error_at", "pending", "timed_out", "exhausted", "dead_lettered"),
+    *("component", "kind", "alive", "state", "restarts", "node_id", "node_ip", "pid", "resources", "gpu_ids"),
+    *("emitted", "transferred", "acked", "failed", "executed", "errors", "last_error", "last_error_at"),
+    *("pending", "timed_out", "exhausted", "dead_lettered"),
 )
 
 
+@functools.cache
 def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
 
@@ -83,9 +114,74 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_allowed(host_header: str, bound: str, names: frozenset[str] = frozenset()) -> bool:
+    """Whether a request naming ``host_header`` (its ``Host``) may be answered by a server bound
+    to ``bound`` that also answers to ``names`` (lower case).
+
+    DNS rebinding makes a browser send a site's own name to this address, so the rule is about
+    names: on loopback only ``localhost`` and loopback addresses; elsewhere also ``names`` and
+    any IP address (a page loaded from an address is of that address's origin: no rebinding)."""
+    try:
+        name = urlsplit(f"//{host_header}").hostname or ""
+    except ValueError:
+        return False
+    if is_loopback(name):
+        return True
+    if is_loopback(bound):
+        return False
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name in names
+    return True
+
+
+def _machine_names(host: str) -> frozenset[str]:
+    """The names this machine answers to: the address bound, its host name and domain name."""
+    if is_loopback(host):
+        return frozenset()
+    return frozenset(n.lower() for n in (host, socket.gethostname(), socket.getfqdn()) if n)
+
+
+class _Connections(web.Server):
+    """aiohttp's low-level server, with at most ``cap`` connections: a new one over it closes
+    the oldest still open."""
+
+    def __init__(self, handler: Callable[[web.BaseRequest], Any], cap: int, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._cap = cap
+        self._open: dict[RequestHandler, asyncio.Transport] = {}  # oldest first
+        self._closed = False
+
+    def close_all(self) -> None:
+        """Drop every connection, and from now on each one as it is made (one the listener
+        took just before it closed is made a moment later)."""
+        self._closed = True
+        for transport in self._open.values():
+            transport.abort()
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if self._closed:
+            transport.abort()
+            return
+        self._open[handler] = transport
+        for old, old_transport in list(self._open.items()):
+            if len(self._open) <= self._cap:
+                break
+            if not old_transport.is_closing():
+                old.force_close()
+            del self._open[old]
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self._open.pop(handler, None)
+        super().connection_lost(handler, exc)
+
+
 class UiServer:
     """Listens on ``host:port`` (``port=0``: a free one) from the start, and serves a topology's
-    page from ``serve`` until ``close``; the topology's kill closes it too.
+    page from ``serve`` until ``close``; the topology's kill closes it too. ``idle_secs`` and
+    ``max_connections`` bound what clients can hold (the module's doc).
 
     Raises ``ConfigError`` for another address than loopback without a ``token``, or a port it
     cannot bind."""
@@ -98,6 +194,8 @@ class UiServer:
         token: str | None = None,
         poll_secs: float = POLL_SECS,
         ray_metrics: bool = True,
+        idle_secs: float = IDLE_SECS,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not is_loopback(host) and not token:
             raise ConfigError(
@@ -107,30 +205,36 @@ class UiServer:
         self.token = token
         self.poll_secs = poll_secs
         self.ray_metrics = ray_metrics
+        self.idle_secs = idle_secs
+        self.max_connections = max_connections
         self._handle: TopologyHandle | None = None
         self.topology: Topology | None = None
         self._recorder: MetricsRecorder | None = None
         self._exposition: PrometheusExposition | None = None
         self._graph: bytes | None = None
+        self._names = _machine_names(host)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.ServerRunner | None = None
+        self._connections: _Connections
         self._serving: threading.Thread | None = None
+        self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="rayflow-ui")
         self._closing = threading.Lock()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            self._http = ThreadingHTTPServer((host, port), _handler_for(self))
+            self._socket = socket.create_server((host, port), family=family, backlog=128)
         except OSError as exc:
             raise ConfigError(f"cannot serve the web page on {host}:{port}: {exc.strerror or exc}") from None
-        self._http.daemon_threads = True
         self.host = host
-        self.port = int(self._http.server_address[1])
+        self.port = int(self._socket.getsockname()[1])
         self.closed = False
 
     @property
     def url(self) -> str:
-        """Where the page is; with ``?token=`` when there is one (the page sends it on). Bound
-        to every interface, it names this machine."""
+        """Where the page is; bound to every interface, it names this machine. The token is not
+        in it: the page asks for it when a button needs it."""
         host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
         host = f"[{host}]" if ":" in host else host
-        query = f"?token={quote(self.token)}" if self.token else ""
-        return f"http://{host}:{self.port}/{query}"
+        return f"http://{host}:{self.port}/"
 
     @property
     def handle(self) -> TopologyHandle:
@@ -171,10 +275,43 @@ class UiServer:
         self._recorder.poll()  # the first answers have numbers
         # Serving before the recorder's thread runs: a close (that thread seeing the kill) waits
         # for the serving loop, which must have started.
-        self._serving = threading.Thread(target=self._http.serve_forever, name=f"rayflow-ui-{handle.name}", daemon=True)
+        loop = self._loop = asyncio.new_event_loop()
+        self._serving = threading.Thread(target=loop.run_forever, name=f"rayflow-ui-{handle.name}", daemon=True)
         self._serving.start()
+        asyncio.run_coroutine_threadsafe(self._listen(), loop).result()
         self._recorder.start()
         return self
+
+    async def _listen(self) -> None:
+        server = _Connections(
+            self._answer,
+            self.max_connections,
+            keepalive_timeout=self.idle_secs,
+            lingering_time=0,  # a body not read is not drained either: the connection closes
+            read_bufsize=_READ_BUFFER,
+            max_headers=_MAX_HEADERS,
+            access_log=None,
+        )
+        self._connections = server
+        self._runner = web.ServerRunner(server, shutdown_timeout=_CLOSE_SECS)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._socket, shutdown_timeout=_CLOSE_SECS).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            # Accept no more, and let the connections accepted already be set up (two turns of
+            # the loop): one set up after its server closed is never answered nor closed
+            # (Python 3.11's asyncio drops it on an assertion).
+            asyncio.get_running_loop().remove_reader(self._socket)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            await self._runner.cleanup()  # the socket closed, answers under way let finish
+            self._connections.close_all()
+            deadline = time.monotonic() + _CLOSE_SECS
+            while (rest := asyncio.all_tasks() - {asyncio.current_task()}) and time.monotonic() < deadline:
+                await asyncio.wait(rest, timeout=deadline - time.monotonic())
+            await asyncio.sleep(0)  # the dropped sockets are closed by callbacks that one turn runs
+        asyncio.get_running_loop().stop()
 
     def close(self) -> None:
         """Stop answering and polling; the port is free again. Safe to call twice, and from
@@ -185,9 +322,13 @@ class UiServer:
             self.closed = True
         if self._recorder is not None:
             self._recorder.stop()
-        if self._serving is not None:
-            self._http.shutdown()  # waits for the serving loop to end
-        self._http.server_close()
+        if self._loop is not None and self._serving is not None:
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+            if threading.current_thread() is not self._serving:  # a request's thread is not this one
+                self._serving.join()
+                self._loop.close()
+        self._socket.close()
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
     # -- what the routes answer ---------------------------------------------------------------
     def state(self) -> str:
@@ -217,6 +358,7 @@ class UiServer:
             "uptime_secs": time.time() - self.recorder.started,
             "poll_secs": self.recorder.poll_secs,
             "graph": self.topology is not None,
+            "token_required": self.token is not None,
             "components": components,
         }
 
@@ -269,104 +411,80 @@ class UiServer:
             return False
         return self.token is None or hmac.compare_digest(token.encode(), self.token.encode())
 
+    # -- on the loop ----------------------------------------------------------------------------
+    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request: decided on its line and headers, its body never read."""
+        response = await self._route(request)
+        if request.body_exists or self.closed:  # a body left unread, or no server soon: no reuse
+            response.force_close()
+        response.headers.update(_HEADERS)
+        logger.debug("ui %s: %s %s %d", self.handle.name, request.method, request.path, response.status)
+        return response
 
-def _handler_for(server: UiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "rayflow"
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("ui %s: " + format, server.handle.name, *args)
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            if server.closed:  # a kept-alive connection must not outlive the server
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _json(self, value: Any, status: int = HTTPStatus.OK) -> None:
-            self._send(status, json.dumps(value, default=str).encode(), "application/json")
-
-        def _error(self, status: int, message: str) -> None:
-            self._json({"error": message}, status)
-
-        def _host_ok(self) -> bool:
-            """On loopback, only loopback names may be asked for (no DNS rebinding)."""
-            if not is_loopback(server.host):
-                return True
-            host = urlsplit(f"//{self.headers.get('Host', '')}").hostname or ""
-            if is_loopback(host):
-                return True
-            self._error(HTTPStatus.FORBIDDEN, f"this page answers to 127.0.0.1 or localhost, not {host!r}")
-            return False
-
-        def do_GET(self) -> None:
-            if not self._host_ok():
-                return
-            url = urlsplit(self.path)
-            path = url.path
-            try:
-                if path in _STATIC:
-                    name, content_type = _STATIC[path]
-                    self._send(HTTPStatus.OK, _static(name), content_type)
-                elif path == "/metrics":
-                    self._send(HTTPStatus.OK, server.exposition.render(), CONTENT_TYPE)
-                elif path == "/api/topology":
-                    self._json(server.topology_view())
-                elif path == "/api/metrics":
-                    self._json(server.metrics_view())
-                elif path == "/api/history":
-                    since = parse_qs(url.query).get("since", ["0"])[0]
-                    try:
-                        self._json(server.history_view(float(since)))
-                    except ValueError:
-                        self._error(HTTPStatus.BAD_REQUEST, f"since must be a time in seconds, got {since!r}")
-                elif path == "/api/errors":
-                    self._json(server.errors_view())
-                elif path == "/api/graph.svg":
-                    self._send_graph()
-                else:
-                    self._error(HTTPStatus.NOT_FOUND, f"no such page: {path}")
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        do_HEAD = do_GET
-
-        def _send_graph(self) -> None:
-            import graphviz
-
-            try:
-                self._send(HTTPStatus.OK, server.graph_svg(), "image/svg+xml")
-            except LookupError as exc:
-                self._error(HTTPStatus.NOT_FOUND, str(exc))
-            except graphviz.ExecutableNotFound:
-                self._error(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    "drawing the graph needs Graphviz's `dot` program on the driver's PATH (apt-get install graphviz)",
-                )
-
-        def do_POST(self) -> None:
-            if not self._host_ok():
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            action = urlsplit(self.path).path.removeprefix("/api/")
+    async def _route(self, request: web.BaseRequest) -> web.Response:
+        host = request.headers.get("Host", "")
+        if not host_allowed(host, self.host, self._names):
+            return _error(403, f"this page does not answer to the host name {host!r} (a DNS rebinding attack?)")
+        path = request.path
+        if request.method == "POST":
+            action = path.removeprefix("/api/")
             if action not in _ACTIONS:
-                self._error(HTTPStatus.NOT_FOUND, f"no such action: {self.path} (POST /api/{'|'.join(_ACTIONS)})")
-            elif not server.allowed(self.headers.get(TOKEN_HEADER)):
-                why = "the right token" if server.token else "any value (a page cannot send it from another site)"
-                self._error(HTTPStatus.FORBIDDEN, f"acting needs the header {TOKEN_HEADER} with {why}")
-            elif server.handle.killed:
-                self._error(HTTPStatus.CONFLICT, f"topology {server.handle.name!r} was killed")
-            else:
-                self._json(server.act(action))
+                return _error(404, f"no such action: {path} (POST /api/{'|'.join(_ACTIONS)})")
+            if not self.allowed(request.headers.get(TOKEN_HEADER)):
+                why = "the right token" if self.token else "any value (a page cannot send it from another site)"
+                return _error(403, f"acting needs the header {TOKEN_HEADER} with {why}")
+        if request.body_exists:
+            return _error(413, f"{request.method} {path} takes no request body")
+        if request.method == "POST":
+            if self.handle.killed:
+                return _error(409, f"topology {self.handle.name!r} was killed")
+            return await self._work(lambda: _json(self.act(action)))
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, f"{request.method} is not answered here: GET, or POST /api/{'|'.join(_ACTIONS)}")
+        return await self._work(lambda: self._get(path, request.query.get("since", "0")))
 
-    return Handler
+    async def _work(self, answer: Callable[[], web.Response]) -> web.Response:
+        """``answer`` on a worker thread: it may poll, call Ray or run Graphviz."""
+        return await asyncio.get_running_loop().run_in_executor(self._workers, answer)
+
+    def _get(self, path: str, since: str) -> web.Response:
+        if path in _STATIC:
+            name, content_type = _STATIC[path]
+            return web.Response(body=_static(name), headers={"Content-Type": content_type})
+        if path == "/metrics":
+            return web.Response(body=self.exposition.render(), headers={"Content-Type": CONTENT_TYPE})
+        if path == "/api/topology":
+            return _json(self.topology_view())
+        if path == "/api/metrics":
+            return _json(self.metrics_view())
+        if path == "/api/history":
+            try:
+                return _json(self.history_view(float(since)))
+            except ValueError:
+                return _error(400, f"since must be a time in seconds, got {since!r}")
+        if path == "/api/errors":
+            return _json(self.errors_view())
+        if path == "/api/graph.svg":
+            return self._graph_answer()
+        return _error(404, f"no such page: {path}")
+
+    def _graph_answer(self) -> web.Response:
+        import graphviz
+
+        try:
+            return web.Response(body=self.graph_svg(), headers={"Content-Type": "image/svg+xml"})
+        except LookupError as exc:
+            return _error(404, str(exc))
+        except graphviz.ExecutableNotFound:
+            return _error(
+                503, "drawing the graph needs Graphviz's `dot` program on the driver's PATH (apt-get install graphviz)"
+            )
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    body = json.dumps(value, default=str).encode()
+    return web.Response(body=body, status=status, headers={"Content-Type": "application/json"})
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
