@@ -193,16 +193,32 @@ def layout_of_count(max_parallelism: int) -> Any:
     return Layout(1, 2, max_parallelism)
 
 
-def shuffled(tasks: int) -> Any:
+def shuffled(tasks: int, splits: int = 1) -> Any:
+    """sentences -> a_split (``splits`` tasks, named to sort first) -> count (stateful, shuffle)."""
     from rayflow import TopologyBuilder
 
     from .state_components import Sentences, Split
 
     builder = TopologyBuilder()
     builder.set_spout("sentences", Sentences(SENTENCES))
-    builder.set_bolt("split", Split()).shuffle_grouping("sentences")
-    builder.set_bolt("count", StatefulCount(), tasks).shuffle_grouping("split")
+    builder.set_bolt("a_split", Split(), splits).shuffle_grouping("sentences")
+    builder.set_bolt("count", StatefulCount(), tasks).shuffle_grouping("a_split")
     return builder.create_topology()
+
+
+class TestStateKeptPerTask:
+    def test_it_is_kept_by_the_tasks_place_not_its_id(self, tmp_path: Path) -> None:
+        """A component named before the count gets more tasks, so every count task id moves:
+        each count task still finds its own state, and the counts go on exactly."""
+        conf = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}, "topology.name": "wc"}
+        first = complete_topology(shuffled(2, splits=1), conf)
+        second = complete_topology(shuffled(2, splits=3), conf)
+        ids = [[t for t, c in shuffled(2, splits).task_layout(1).items() if c == "count"] for splits in (1, 3)]
+        assert ids == [[3, 4], [5, 6]]  # after __checkpoint and a_split
+        before = per_task_state(first)
+        after = per_task_state(second)
+        assert sum(map(Counter, after), Counter()) == Counter({w: 2 * n for w, n in TRUTH.items()})
+        assert all(set(b) <= set(a) for b, a in zip(before, after, strict=True))  # each task kept its own keys
 
 
 class TestStateBeforeKeyGroups:
@@ -222,8 +238,36 @@ class TestStateBeforeKeyGroups:
             result = complete_topology(wordcount(SENTENCES, count_tasks=3), conf)
             assert_placed(per_task_state(result))
             assert load_component(provider, "wc", "count") == Counter({w: run * n for w, n in TRUTH.items()})
-        groups = [f"wc/count/group-{g}" for g in range(M)]
+        groups = [f"wc/count/group-{g}" for g in range(M)]  # the old namespaces stay, unread
         assert sorted(provider.namespaces("wc/count/")) == sorted(
             [*groups, "wc/count/5", "wc/count/6", "wc/count/layout"]
         )
         provider.close()
+
+    def test_per_task_state_kept_under_task_ids_is_carried_by_the_tasks_place(self, tmp_path: Path) -> None:
+        settings = {"dir": str(tmp_path)}
+        conf = {"state_provider": "sqlite", "state_provider_config": settings, "topology.name": "wc"}
+        provider = SqliteStateProvider(settings, "wc")
+        for task, words in ((9, {"the": 10}), (10, {"cow": 20})):  # ids 9 and 10: 10 sorts before 9 as text
+            provider.stage(f"wc/count/{task}", 3, words)
+            provider.commit(f"wc/count/{task}", 3)
+        result = complete_topology(shuffled(2), conf)
+        before = [Counter({"the": 10}), Counter({"cow": 20})]
+        states = per_task_state(result)
+        assert all(
+            set(b) <= set(s) and all(s[w] >= n for w, n in b.items()) for b, s in zip(before, states, strict=True)
+        )
+        assert sum(map(Counter, states), Counter()) == TRUTH + Counter({"the": 10, "cow": 20})
+
+    def test_per_task_state_of_another_number_of_tasks_is_refused(self, tmp_path: Path) -> None:
+        settings = {"dir": str(tmp_path)}
+        conf = {"state_provider": "sqlite", "state_provider_config": settings, "topology.name": "wc"}
+        provider = SqliteStateProvider(settings, "wc")
+        provider.stage("wc/count/4", 3, {"the": 10})
+        provider.commit("wc/count/4", 3)
+        with pytest.warns(UserWarning, match="stopped unfinished"):
+            result = complete_topology(shuffled(2), conf, max_rounds=3)
+        assert (
+            "was kept by 1 task(s) under their task ids (rayflow before key groups), not by 2"
+            in (result.metrics()["count"]["last_error"])
+        )

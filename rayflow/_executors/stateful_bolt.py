@@ -33,7 +33,7 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
-from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
+from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK
 from .._state.key_groups import (
     Layout,
     check_layout,
@@ -46,6 +46,7 @@ from .._state.key_groups import (
     owned_groups,
     read_layout,
     split_changes,
+    task_namespace,
 )
 from .._state.key_value import KeyValueState
 from .._state.provider import StateError, StateProvider, task_provider, topology_name
@@ -103,6 +104,8 @@ class StatefulBoltAdapter(BoltKind):
         self.layout = Layout(0, 1, 1)
         self.groups = range(0)
         """The key groups this task owns (keyed state), in the order of ``namespaces``."""
+        self.index = 0
+        """This task's place among the bolt's tasks (in task id order)."""
         self.namespaces: list[str] = []
         """Where this task's state lives: one namespace per owned key group, or its task's."""
         self.recorded: dict[str, int] | None = None
@@ -118,14 +121,12 @@ class StatefulBoltAdapter(BoltKind):
         component, name = context.this_component_id, topology_name(conf)
         self.layout = layout_of(self._task.topology, component)
         self._layout_ns = layout_namespace(name, component)
+        self.index = context.get_component_tasks(component).index(context.this_task_id)
         if self.layout.keyed:
-            tasks = context.get_component_tasks(component)
-            self.groups = owned_groups(
-                tasks.index(context.this_task_id), self.layout.parallelism, self.layout.max_parallelism
-            )
+            self.groups = owned_groups(self.index, self.layout.parallelism, self.layout.max_parallelism)
             self.namespaces = [group_namespace(name, component, g) for g in self.groups]
         else:
-            self.namespaces = [namespace(conf, component, context.this_task_id)]
+            self.namespaces = [task_namespace(name, component, self.index)]
         self.exactly_once = conf.get("processing_guarantee") == "exactly_once"
         self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
@@ -276,21 +277,39 @@ class StatefulBoltAdapter(BoltKind):
             data.update(part)
             committed = max(committed, txid)
         carried: dict[Any, Any] = {}
-        if self.layout.keyed and self.recorded is None:
-            fields, groups = self.layout.fields, self.layout.max_parallelism
-            for part, txid in provider.load_many(legacy_namespaces(provider, name, component)).values():
-                carried.update((k, v) for k, v in part.items() if key_group(k, fields, groups) in self.groups)
-                committed = max(committed, txid)
-            if carried:
-                logger.warning(
-                    "stateful bolt %r task %d: carried %d keys over from state kept per task id (before key "
-                    "groups); the next commit writes them into their key groups",
-                    component,
-                    self._task.task_id,
-                    len(carried),
-                )
+        if self.recorded is None:
+            carried, txid = self._carry_over(provider, legacy_namespaces(provider, name, component))
+            committed = max(committed, txid)
             data.update(carried)
         return data, committed, carried
+
+    def _carry_over(self, provider: StateProvider, legacy: list[str]) -> tuple[dict[Any, Any], int]:
+        """The keys of this task in state kept under task ids (before key groups), and its txid."""
+        if not legacy:
+            return {}, 0
+        layout, committed = self.layout, 0
+        carried: dict[Any, Any] = {}
+        if layout.keyed:
+            fields, groups = layout.fields, layout.max_parallelism
+            for part, txid in provider.load_many(legacy).values():
+                carried.update((k, v) for k, v in part.items() if key_group(k, fields, groups) in self.groups)
+                committed = max(committed, txid)
+        elif len(legacy) != layout.parallelism:
+            raise StateError(
+                f"stateful bolt {self._task.component_id!r}: its state in {provider.describe()} was kept by "
+                f"{len(legacy)} task(s) under their task ids (rayflow before key groups), not by {layout.parallelism}; "
+                f"its inputs are not fields-grouped, so it has no keys to move: run it with parallelism {len(legacy)}"
+            )
+        else:
+            carried, committed = provider.load(legacy[self.index])
+        logger.warning(
+            "stateful bolt %r task %d: carried %d keys over from state kept under task ids (before key groups); "
+            "the next commit writes them where they are kept now",
+            self._task.component_id,
+            self._task.task_id,
+            len(carried),
+        )
+        return carried, committed
 
     def _initialize(self, provider: StateProvider) -> None:
         provider.rollback_many([*self.namespaces, self._layout_ns])  # what an unfinished transaction staged is void

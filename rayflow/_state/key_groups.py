@@ -19,17 +19,20 @@ falls in a group the task does not own is refused at the next checkpoint (``Stat
 the key): another task may write the same key, and a rescale could not place it.
 
 A stateful bolt whose inputs are not all fields-grouped the same way (shuffle, global, ...)
-has no keys to place: its state stays per task (``topology/component/<task id>``), the layout
-rayflow used for every bolt before key groups, and its parallelism cannot change while that
-state exists.
+has no keys to place: its state stays per task, under the task's index among the bolt's tasks
+(``topology/component/task-0``; a task id would move when a component named before it changes
+its parallelism), and its parallelism cannot change while that state exists.
 
 Each component also keeps a *layout record* (namespace ``topology/component/layout``): keyed
 or per task, the parallelism and ``max_parallelism`` it was committed with. A task checks it
 before it loads anything (``check_layout``) and refuses, naming what to do, a change that
 cannot be carried out: ``max_parallelism`` changed, or the parallelism of per-task state.
-A keyed bolt that finds no record but per-task state of the layout before key groups reads that
-state once, keeping the keys of its own groups (``legacy_namespaces``); its first commit writes
-them into their groups and the record, and the per-task namespaces are read no more.
+Before key groups, every stateful bolt kept its state under the task id
+(``topology/component/<task id>``, ``legacy_namespaces``). A bolt that finds no layout record
+but such state reads it once: a keyed one keeps the keys of its own groups from every old task,
+a per-task one takes the old task of its own index (refused when the number of old tasks is not
+its parallelism); its first commit writes them into their new namespaces and the record, and the
+old namespaces are read no more.
 
 ``Topology`` is imported for TYPE_CHECKING only: ``create_topology`` calls ``assign_key_groups``.
 """
@@ -37,7 +40,6 @@ them into their groups and the record, and the per-task namespaces are read no m
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +66,7 @@ __all__ = [
     "owned_groups",
     "owner",
     "split_changes",
+    "task_namespace",
 ]
 
 DEFAULT_MAX_PARALLELISM = StatefulBolt.max_parallelism
@@ -141,6 +144,10 @@ def owned_groups(index: int, parallelism: int, max_parallelism: int) -> range:
 
 def group_namespace(topology_name: str, component: str, group: int) -> str:
     return f"{topology_name}/{component}/group-{group}"
+
+
+def task_namespace(topology_name: str, component: str, index: int) -> str:
+    return f"{topology_name}/{component}/task-{index}"
 
 
 def layout_namespace(topology_name: str, component: str) -> str:
@@ -224,20 +231,22 @@ def layout_changes(layout: Layout) -> dict[str, Any]:
 def legacy_namespaces(provider: StateProvider, topology_name: str, component: str) -> list[str]:
     """The per-task namespaces (``topology/component/<task id>``) ``provider`` holds."""
     prefix = f"{topology_name}/{component}/"
-    return sorted(ns for ns in provider.namespaces(prefix) if ns[len(prefix) :].isdigit())
+    found = [ns for ns in provider.namespaces(prefix) if ns[len(prefix) :].isdigit()]
+    return sorted(found, key=lambda ns: int(ns[len(prefix) :]))  # in task id order
 
 
 def load_component(provider: StateProvider, topology_name: str, component: str) -> dict[Any, Any]:
     """The committed state of every task of ``component``, merged: every key group, or every
-    task's namespace for per-task state (what a restart of the whole bolt would load)."""
+    task's namespace for per-task state (where a key kept by several tasks has the value of the
+    last of them in task order)."""
     record = read_layout(provider, topology_name, component)
-    if record is not None and record["fields"]:
-        namespaces: Iterable[str] = [
-            group_namespace(topology_name, component, g) for g in range(record["max_parallelism"])
-        ]
-    else:
+    if record is None:
         namespaces = legacy_namespaces(provider, topology_name, component)
+    elif record["fields"]:
+        namespaces = [group_namespace(topology_name, component, g) for g in range(record["max_parallelism"])]
+    else:
+        namespaces = [task_namespace(topology_name, component, i) for i in range(record["parallelism"])]
     merged: dict[Any, Any] = {}
-    for data, _ in provider.load_many(list(namespaces)).values():
+    for data, _ in provider.load_many(namespaces).values():
         merged.update(data)
     return merged
