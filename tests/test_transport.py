@@ -137,6 +137,43 @@ class TestBound:
 
         run(scenario)
 
+    def test_a_destination_that_stops_reading_holds_its_sender_at_the_byte_bound(self):
+        """Frames of 256 KiB each, far below the tuple and frame bounds, toward a task whose
+        streams stop reading: the sender waits in ``relieve`` once ``WRITE_BUFFER_BYTES`` are
+        unwritten, holding at most that and one frame (not the 64 MiB it was given), and goes on
+        once the destination reads again; every frame arrives, in order."""
+        frames, blob = 256, b"x" * (256 * 1024)
+
+        async def scenario() -> None:
+            task2 = await Receiver().start()
+            link = transport({2: task2}, max_tuples=10**6, max_frames=10**6)
+            link.send_data(2, (-1, [b""]))
+            await until(lambda: len(task2.frames) == 1)  # the stream is open
+            for stream in task2.listener._streams:
+                stream.transport.pause_reading()  # the task stops reading
+            sent, waiting, most = 0, False, 0
+
+            async def sender() -> None:
+                nonlocal sent, waiting, most
+                for i in range(frames):
+                    link.send_data(2, (i, [blob]))
+                    sent += 1
+                    most = max(most, link.unwritten(2))
+                    waiting = True
+                    await link.relieve()
+                    waiting = False
+
+            sending = asyncio.get_running_loop().create_task(sender())
+            await until(lambda: waiting)  # only a relieve that waits lets this test run meanwhile
+            assert sent < frames
+            assert most <= transport_module.WRITE_BUFFER_BYTES + len(blob) + 1024
+            for stream in task2.listener._streams:
+                stream.transport.resume_reading()
+            await until(lambda: sending.done() and len(task2.frames) == frames + 1, secs=20)
+            assert [tag for tag, _ in task2.payloads()] == [-1, *range(frames)]
+
+        run(scenario)
+
     def test_many_small_batches_do_not_block_below_the_tuple_bound(self):
         """Twenty one-tuple batches toward a stuck task stay within a bound of 50 tuples."""
 

@@ -11,7 +11,11 @@ unprocessed tuples from this task (or more than ``max_frames`` unfinished frames
 waits for credits. Counting tuples rather than frames matters when frames are small: a stuck
 task then stops its producer only after a sizeable backlog, not after a handful of one-tuple
 frames. ``backlog(dest)`` exposes that count to load-aware groupings, and says which
-destinations cannot be reached now (``UNREACHABLE``), which a shuffle then leaves out.
+destinations cannot be reached now (``UNREACHABLE``), which a shuffle then leaves out. And
+while more than ``WRITE_BUFFER_BYTES`` wait in a stream's buffer (the peer or the network reads
+slower than the task writes: large tuples fill the socket long before the tuple bound), the
+sender waits for the stream to drain to a quarter of that: what a task holds toward one
+destination beyond what its socket took is at most ``WRITE_BUFFER_BYTES`` and one frame.
 
 Acker traffic travels on its own streams, so it is never stuck behind data.
 
@@ -53,6 +57,10 @@ CONNECT_SECS = 5.0
 (``rayflow.stream.handshake.secs``) before the destination counts as unreachable."""
 RETRY_SECS = 1.0
 """After a destination was found unreachable, sends to it are dropped for this long."""
+WRITE_BUFFER_BYTES = 4 * 1024 * 1024
+"""Bytes a stream may hold unwritten (its TLS and socket buffers taken) before ``relieve`` waits
+for it to drain to a quarter of that: larger than a batch of ordinary tuples, so a stream that
+keeps up never waits, and a small part of a task's memory."""
 
 _CONNECTING, _OPEN, _DOWN = range(3)
 
@@ -214,6 +222,7 @@ class StreamTransport:
         if self._lanes.get(key) is not lane:  # replaced while connecting
             writer.close()
             return
+        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES, low=WRITE_BUFFER_BYTES // 4)
         lane.writer, lane.state = writer, _OPEN
         for frame in lane.waiting:
             writer.write(FRAME.pack(len(frame)) + frame)
@@ -281,8 +290,15 @@ class StreamTransport:
             return UNREACHABLE
         return lane.tuples
 
+    def unwritten(self, dest: int) -> int:
+        """Bytes sent to ``dest`` that its stream has not handed to the socket yet."""
+        lane = self._lanes.get((dest, DATA))
+        writer = None if lane is None else lane.writer
+        return 0 if writer is None else writer.transport.get_write_buffer_size()
+
     async def relieve(self) -> None:
-        """Wait until no destination is over its bound.
+        """Wait until no destination is over its bound: in unfinished tuples and frames, and
+        in bytes not written yet (``WRITE_BUFFER_BYTES``).
 
         Several coroutines of one actor may relieve at once and a send may add a lane while
         another waits, so lanes are looked up afresh after every wait."""
@@ -293,7 +309,16 @@ class StreamTransport:
                     break
                 outstanding = len(lane.frames)
                 if not outstanding or (lane.tuples <= self._max_tuples and outstanding <= self._max_frames):
-                    break
+                    writer = lane.writer
+                    if writer is None or writer.is_closing():
+                        break
+                    if writer.transport.get_write_buffer_size() <= WRITE_BUFFER_BYTES:
+                        break
+                    try:
+                        await writer.drain()  # until the buffer is down to a quarter
+                    except ConnectionError:
+                        break  # the credit reader says the stream is down
+                    continue
                 if key[0] == self._own_task:
                     # A bolt fed by its own stream: waiting on itself would deadlock, so stop
                     # waiting for the oldest frame (it still runs; only the bound is lifted).
