@@ -12,6 +12,7 @@ and ``rayflow run --ui``.
 from __future__ import annotations
 
 import ast
+import ipaddress
 import socket
 import subprocess
 import sys
@@ -113,6 +114,22 @@ class TestPageAndHandle:
         handle.killed = True
         assert eventually(lambda: page.closed and refused(page.url), timeout=DEADLINE)
 
+    def test_the_api_says_where_each_task_runs_and_what_it_holds(self) -> None:
+        """Its state, node, resources and GPUs, as ``task_metrics()`` gives them (issue 33)."""
+        handle = FakeHandle("placed")
+        where = {"node_ip": "10.0.0.7", "resources": {"CPU": 0.01, "GPU": 1.0}, "gpu_ids": [1]}
+        handle.tasks = {
+            1: {**task(TaskMetrics("embed", "bolt"), 1, pending=0), **where, "state": "running"},
+            2: {**task(TaskMetrics("embed", "bolt"), 2, pending=0), "state": "waiting for resources"},
+        }
+        page = UiServer(ray_metrics=False, poll_secs=0.05).serve(handle)
+        try:
+            tasks = get_json(page.url + "api/metrics")["tasks"]
+        finally:
+            page.close()
+        assert {k: tasks["1"][k] for k in ("state", *where)} == {"state": "running", **where}
+        assert tasks["2"]["state"] == "waiting for resources"
+
     def test_a_killed_topology_has_no_page(self) -> None:
         handle = FakeHandle("gone")
         handle.killed = True
@@ -144,10 +161,10 @@ class TestPageAndHandle:
 
 @pytest.fixture(scope="module")
 def running(ray_cluster: str) -> Iterator[tuple[TopologyHandle, str]]:
-    """A word count at 300 sentences a second whose split raises on every 200th sentence,
-    its page served: (handle, page URL)."""
+    """A word count at 300 sentences a second whose split raises on every 200th sentence, each
+    of its two tasks on a GPU of the session's, its page served: (handle, page URL)."""
     conf = Config(message_timeout_secs=10, max_spout_pending=300)
-    topology = wordcount(rate=300, raise_every=200)
+    topology = wordcount(rate=300, raise_every=200, split_resources={"num_gpus": 1})
     handle = submit_topology("ui-wordcount", conf, topology)
     page = UiServer()
     try:
@@ -185,6 +202,16 @@ class TestJsonApi:
         tasks = get_json(url + "api/metrics")["tasks"]
         assert sorted(m["component"] for m in tasks.values()) == ["__acker", "count", "sentences", "split", "split"]
         assert all(m["alive"] and m["node_id"] and m["pid"] for m in tasks.values())
+
+    def test_each_task_says_where_it_runs_and_what_it_holds(self, running: tuple[TopologyHandle, str]) -> None:
+        _, url = running
+        tasks = get_json(url + "api/metrics")["tasks"].values()
+        assert {m["state"] for m in tasks} == {"running"}
+        assert all(ipaddress.ip_address(m["node_ip"]) for m in tasks)
+        split = [m for m in tasks if m["component"] == "split"]
+        assert [m["resources"]["GPU"] for m in split] == [1.0, 1.0]
+        assert sorted(len(m["gpu_ids"]) for m in split) == [1, 1] and split[0]["gpu_ids"] != split[1]["gpu_ids"]
+        assert all(m["gpu_ids"] == [] and not m["resources"].get("GPU") for m in tasks if m["component"] != "split")
 
     def test_history_has_a_point_per_poll(self, running: tuple[TopologyHandle, str]) -> None:
         _, url = running

@@ -79,10 +79,19 @@ class Count(BasicBolt):
         collector.emit([tup[0], self.counts[tup[0]]])
 
 
-def wordcount(rate: float = 500.0, raise_every: int = 0, split: int = 2, count: int = 1) -> Topology:
+def wordcount(
+    rate: float = 500.0,
+    raise_every: int = 0,
+    split: int = 2,
+    count: int = 1,
+    split_resources: dict[str, Any] | None = None,
+) -> Topology:
+    """``split_resources``: Ray's options for each split task (``{"num_gpus": 1}``: the page
+    shows its GPU)."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", PacedSentences(rate))
-    builder.set_bolt("split", RaisingSplit(raise_every), parallelism=split).shuffle_grouping("sentences")
+    split_bolt = builder.set_bolt("split", RaisingSplit(raise_every), parallelism=split, resources=split_resources)
+    split_bolt.shuffle_grouping("sentences")
     builder.set_bolt("count", Count(), parallelism=count).fields_grouping("split", ["word"])
     return builder.create_topology()
 

@@ -3,7 +3,8 @@
 // from the topology (ids, errors) is set as textContent, never as HTML.
 "use strict";
 
-const TOKEN = new URLSearchParams(location.search).get("token") || "local";
+const TOKEN_KEY = "rayflow-token"; // the token, kept for this tab only: never in a URL
+let tokenRequired = false;
 const WINDOW_SECS = 300; // how far back the plots reach: 5 minutes (1 at least, to begin with)
 const MIN_WINDOW_SECS = 60;
 const COLORS = ["#c7862b", "#4a7bb0", "#2e7d32", "#8e44ad", "#b3261e", "#00838f", "#6d4c41", "#5c6bc0"];
@@ -28,6 +29,10 @@ const duration = (secs) => {
   return h ? `${h}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
 };
 const ratio = (v) => (v === null || v === undefined ? "" : v.toFixed(3));
+const amount = (name, v) =>
+  name === "memory" || name.endsWith("_memory") ? `${+(v / 2 ** 30).toPrecision(3)} GiB` : `${+v.toPrecision(3)}`;
+const resources = (r) => Object.entries(r || {}).map(([name, v]) => `${name} ${amount(name, v)}`).join(", ");
+const STATE_CLASS = { running: "", "not answering": "dead", "given up": "dead" }; // others: starting
 
 async function get(path) {
   const response = await fetch(path, { cache: "no-store" });
@@ -89,9 +94,14 @@ function showTasks(tasks) {
     row.dataset.task = task;
     cell(row, task, { field: "task" });
     cell(row, m.component, { field: "component", cls: `text kind-${m.kind}` }).style.color = colorOf(m.component);
-    cell(row, (m.node_id || "").slice(0, 8), { field: "node", cls: "text" }).title = m.node_id || "";
+    const state = m.state || (m.alive ? "running" : "not answering");
+    cell(row, state, { field: "state", value: state, cls: `text ${STATE_CLASS[state] ?? "waiting"}` });
+    const node = m.node_ip || (m.node_id || "").slice(0, 8);
+    cell(row, node, { field: "node", value: m.node_ip, cls: "text" }).title = m.node_id ? `node ${m.node_id}` : "";
     cell(row, m.pid ?? "", { field: "pid" });
-    cell(row, m.alive ? "yes" : "no", { field: "alive", cls: m.alive ? "" : "dead" });
+    cell(row, resources(m.resources), { field: "resources", value: JSON.stringify(m.resources || {}), cls: "text" });
+    const gpus = (m.gpu_ids || []).join(", ");
+    cell(row, gpus, { field: "gpu_ids", value: gpus, cls: "text" });
     counters(row, m, ["emitted", "transferred", "acked", "failed", "executed"]);
     cell(row, ms(m.latency_ms), { field: "latency_ms", value: m.latency_ms });
     cell(row, ratio(m.capacity), { field: "capacity", value: m.capacity });
@@ -221,11 +231,26 @@ async function refresh() {
   }
 }
 
+// The token: without one (loopback) the server takes any value; with one, the page asks for it
+// once and keeps it in this tab's sessionStorage, so it never travels in a URL.
+function token() {
+  if (!tokenRequired) return "local";
+  let value = sessionStorage.getItem(TOKEN_KEY);
+  if (!value) {
+    value = window.prompt("The token of this page (the one given to serve_ui, or RAYFLOW_UI_TOKEN):");
+    if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  }
+  return value;
+}
+
 async function act(action, question) {
   if (!window.confirm(question)) return;
-  const response = await fetch(`/api/${action}`, { method: "POST", headers: { "X-Rayflow-Token": TOKEN } });
+  const value = token();
+  if (!value) return;
+  const response = await fetch(`/api/${action}`, { method: "POST", headers: { "X-Rayflow-Token": value } });
   const answer = await response.json().catch(() => ({}));
   if (!response.ok) {
+    if (response.status === 403) sessionStorage.removeItem(TOKEN_KEY); // asked again next time
     window.alert(`${action} refused: ${answer.error || response.status}`);
     return;
   }
@@ -235,7 +260,13 @@ async function act(action, question) {
 }
 
 async function start() {
+  const legacy = new URLSearchParams(location.search).get("token"); // a link from before: out of the URL
+  if (legacy) {
+    sessionStorage.setItem(TOKEN_KEY, legacy);
+    history.replaceState(null, "", location.pathname);
+  }
   const topology = await get("/api/topology");
+  tokenRequired = topology.token_required;
   document.title = `${topology.name} · rayflow`;
   $("name").textContent = topology.name;
   started = topology.started;
