@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from rayflow._cli import MEANING, ExitCode, app, console, flow_order
 from rayflow._cli.commands import show_debug_log
-from rayflow._cli.monitor import Monitor
+from rayflow._cli.monitor import Monitor, task_view
 from rayflow.topology_file import load_topology
 from rayflow.topology_file._drawing import to_dot, to_mermaid
 
@@ -345,12 +345,16 @@ class TestMonitor:
     """The run's monitor against a stand-in handle: what it shows, in what order, and its verdict."""
 
     class Handle:
-        def __init__(self, metrics: dict[str, dict[str, Any]]) -> None:
+        def __init__(self, metrics: dict[str, dict[str, Any]], tasks: dict[int, dict[str, Any]] | None = None) -> None:
             self._metrics = metrics
+            self._tasks = tasks or {}
             self.killed = False
 
         def metrics(self) -> dict[str, dict[str, Any]]:
             return self._metrics
+
+        def task_metrics(self) -> dict[int, dict[str, Any]]:
+            return self._tasks
 
         def wait(self, timeout: float | None = None) -> bool:
             return True
@@ -384,14 +388,21 @@ class TestMonitor:
             metrics[cid].update(values)
         return metrics
 
-    def run(self, loaded: Any, metrics: dict[str, dict[str, Any]], terminal: bool = False) -> tuple[ExitCode, str, str]:
+    def run(
+        self,
+        loaded: Any,
+        metrics: dict[str, dict[str, Any]],
+        terminal: bool = False,
+        tasks: dict[int, dict[str, Any]] | None = None,
+        width: int = 200,
+    ) -> tuple[ExitCode, str, str]:
         stdout, stderr = io.StringIO(), io.StringIO()
         consoles = {"out": stdout, "err": stderr}
-        patched = {name: Console(file=f, width=200, force_terminal=terminal) for name, f in consoles.items()}
+        patched = {name: Console(file=f, width=width, force_terminal=terminal) for name, f in consoles.items()}
         original = console.out, console.err
         console.out, console.err = patched["out"], patched["err"]
         try:
-            outcome = Monitor(self.Handle(metrics), loaded, duration=None).run()  # type: ignore[arg-type]
+            outcome = Monitor(self.Handle(metrics, tasks), loaded, duration=None).run()  # type: ignore[arg-type]
         finally:
             console.out, console.err = original
         strip = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
@@ -466,6 +477,87 @@ class TestMonitor:
             ["[red]up", "bolt"],
         ]
         assert "[red]up: 1 error(s), the last: KeyError: '[/b]'" in err
+
+
+def task(component: str, state: str = "running", node: str | None = "10.0.0.1", **extra: Any) -> dict[str, Any]:
+    """One task as ``task_metrics()`` gives it, on ``node`` taking the default resources."""
+    return {"component": component, "state": state, "node_ip": node, "resources": {"CPU": 0.01}, "gpu_ids": [], **extra}
+
+
+INFERENCE = ["events", "features", "embed-with-a-long-name", "sink"]
+GPU_TASK = {"resources": {"CPU": 1.0, "GPU": 1.0, "memory": 8 * 2**30, "reader": 1.0}}
+CLUSTER_TASKS = {
+    1: task("events"),
+    2: task("features", node="10.0.0.2"),
+    3: task("features", node="10.0.0.3"),
+    4: task("embed-with-a-long-name", node="10.0.0.2", **GPU_TASK, gpu_ids=[0]),
+    5: task("embed-with-a-long-name", node="10.0.0.2", **GPU_TASK, gpu_ids=[1]),
+    6: task("embed-with-a-long-name", "waiting for resources", None, **GPU_TASK),
+    7: task("sink", "restarting"),
+    8: task("__acker"),
+    9: task("__acker"),
+}
+"""An inference topology on three nodes: two GPU tasks placed, a third waiting, a sink restarting."""
+
+
+class TestTaskView:
+    """Under the live table: each task's state, node, resources and GPU ids, at 100 columns."""
+
+    @staticmethod
+    def render(tasks: dict[int, dict[str, Any]], width: int = 100) -> list[str]:
+        out = io.StringIO()
+        Console(file=out, width=width, force_terminal=False).print(task_view(tasks, INFERENCE))
+        return [line.rstrip() for line in out.getvalue().splitlines()]
+
+    def test_alike_everywhere_is_one_line(self) -> None:
+        """One node, every task running with the default resources: a single line says so."""
+        tasks = {1: task("events"), 2: task("features"), 3: task("features"), 4: task("__acker")}
+        assert self.render(tasks) == ["4 task(s) · all running · on 10.0.0.1 · each taking CPU 0.01"]
+
+    def test_a_cluster_shows_each_tasks_state_node_resources_and_gpus(self) -> None:
+        lines = self.render(CLUSTER_TASKS, width=200)
+        assert lines[0] == "9 task(s)"
+        rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:] if line.strip() and "──" not in line]
+        assert rows == [
+            ["component", "tasks", "state", "node", "resources", "GPUs"],
+            ["events", "1", "running", "10.0.0.1", "CPU 0.01", "-"],
+            ["features", "2", "running", "10.0.0.2", "CPU 0.01", "-"],
+            ["features", "3", "running", "10.0.0.3", "CPU 0.01", "-"],
+            ["embed-with-a-long-name", "4-5", "running", "10.0.0.2", "CPU 1, GPU 1, memory 8 GiB, reader 1", "0, 1"],
+            ["embed-with-a-long-name", "6", "waiting for resources", "-", "CPU 1, GPU 1, memory 8 GiB, reader 1", "-"],
+            ["sink", "7", "restarting", "10.0.0.1", "CPU 0.01", "-"],
+            ["acker", "8-9", "running", "10.0.0.1", "CPU 0.01", "-"],
+        ]
+
+    def test_at_100_columns_cells_fold_and_nothing_is_cut(self) -> None:
+        lines = self.render(CLUSTER_TASKS, width=100)
+        assert all(len(line) <= 100 for line in lines), "\n".join(lines)
+        text = " ".join(" ".join(lines).split())
+        for word in ("waiting for resources", "restarting", "10.0.0.3", "reader 1", "0, 1", "8-9"):
+            assert word in text
+
+    def test_columns_alike_on_every_row_are_said_once(self) -> None:
+        """One node: no node column, the node in the line above; no GPUs anywhere: no GPU column."""
+        tasks = {1: task("events"), 2: task("sink", "restarting"), 3: task("sink"), 4: task("sink")}
+        lines = self.render(tasks)
+        assert lines[0] == "4 task(s) · on 10.0.0.1 · each taking CPU 0.01"
+        assert [line.split() for line in lines if line.startswith("  ") and "──" not in line] == [
+            ["component", "tasks", "state"],
+            ["events", "1", "running"],
+            ["sink", "2", "restarting"],
+            ["sink", "3-4", "running"],
+        ]
+
+    def test_the_live_table_shows_the_tasks_within_100_columns(self, topology_file) -> None:
+        loaded = load_topology(topology_file(BOUNDED), {"rounds": "1"})
+        c = TestMonitor.component
+        metrics = {"words": c(emitted=3, acked=3, pending=0, exhausted=True), "upper": c(), "count": c()}
+        tasks = {1: task("words"), 2: task("upper", "waiting for resources", None), 3: task("upper"), 4: task("count")}
+        _, out, _ = TestMonitor().run(loaded, metrics, terminal=True, tasks=tasks, width=100)
+        live = out[: out.index("summary after")]
+        assert re.search(r"upper\s+2\s+waiting for resources\s+-", live), live
+        assert "4 task(s) · each taking CPU 0.01" in live
+        assert all(len(line.rstrip()) <= 100 for line in out.splitlines())
 
 
 def test_with_topology_debug_the_run_shows_the_emits_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,13 @@
 """``rayflow run``'s live monitor: the table (or, without a terminal, a progress line) refreshed
 every second, the errors of the components that raised, the clean stop, and the summary with
-its verdict (an ``ExitCode``, the exit code)."""
+its verdict (an ``ExitCode``, the exit code).
+
+Under the live table, where each task is: its state (running, waiting for resources,
+restarting, ...), node, resources and GPU ids, from ``task_metrics()``. Tasks of a component
+alike in all of these share a row, and a column whose value is the same on every row is said
+once above the rows instead (one node, every task running), so that a run on one machine shows a
+single line and a cluster shows only what differs.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .._topology import Topology
+from .._topology import ACKER_COMPONENT, Topology
 from ..topology_file import LoadedTopology
 from . import console
 from .exit_codes import MEANING, ExitCode, Metrics, exit_code_of
@@ -26,7 +33,7 @@ from .exit_codes import MEANING, ExitCode, Metrics, exit_code_of
 if TYPE_CHECKING:
     from .._runtime import TopologyHandle
 
-__all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order"]
+__all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order", "task_view"]
 
 REFRESH_SECS = 1.0
 DRAIN_SECS = 5.0
@@ -93,7 +100,8 @@ class Monitor:
                 last = (now, metrics)
                 if live is not None:
                     view = self._table(metrics, rates, self._title(now - started))
-                    live.update(Group(view, *self._errors(metrics)), refresh=True)
+                    tasks = task_view(self.handle.task_metrics(), self.spouts + self.bolts)
+                    live.update(Group(view, tasks, *self._errors(metrics)), refresh=True)
                 else:
                     out.print(self._line(metrics, now - started), markup=False, soft_wrap=True)
                     for line in self._new_errors(metrics):
@@ -229,6 +237,87 @@ def flow_order(topology: Topology) -> list[str]:
         placed.update(b.id for b in wave)
         waiting = [b for b in waiting if b.id not in placed]
     return order
+
+
+TASK_COLUMNS = ("state", "node", "resources", "GPUs")
+"""The columns of the task view after the component and its task ids, each collapsible."""
+SAID = {"state": "all {}", "node": "on {}", "resources": "each taking {}", "GPUs": "GPU ids {}"}
+"""How a column alike on every row is said in the line above the rows."""
+
+
+def task_view(tasks: dict[int, dict[str, Any]], components: list[str]) -> RenderableType:
+    """Where each task of ``tasks`` (``task_metrics()``) is and what it holds: a row per component
+    and (state, node, resources), with its task ids and their GPU ids; ``components`` gives the
+    row order (ackers last). A column alike on every row is said once in the line above the rows
+    (``6 task(s) · all running · on 10.0.0.5``); when every column is, that line is all there is."""
+    rank = {cid: i for i, cid in enumerate(components)}
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    for task, m in sorted(tasks.items()):
+        key = (str(m.get("component", "?")), str(m.get("state", "?")), _node(m), _resources(m.get("resources") or {}))
+        groups.setdefault(key, []).append(task)
+    ordered = sorted(groups.items(), key=lambda group: (rank.get(group[0][0], len(rank)), group[1][0]))
+    rows: list[tuple[str, str, dict[str, str]]] = []
+    for (component, state, node, resources), ids in ordered:
+        gpus = ", ".join(str(gpu) for task in ids for gpu in tasks[task].get("gpu_ids") or [])
+        label = "acker" if component == ACKER_COMPONENT else component
+        rows.append((label, _ids(ids), {"state": state, "node": node, "resources": resources, "GPUs": gpus}))
+    said = [f"{len(tasks)} task(s)"]
+    varying = []
+    for column in TASK_COLUMNS:
+        values = {cells[column] for _, _, cells in rows}
+        if len(values) > 1:
+            varying.append(column)
+        elif values and values != {""}:
+            said.append(SAID[column].format(*values))
+    line = Text(" · ".join(said), style="dim")
+    if not varying:
+        return line
+    table = Table(box=box.SIMPLE_HEAD)
+    for header in ("component", "tasks", *varying):
+        table.add_column(header, overflow="fold")
+    for label, ids_text, cells in rows:
+        shown = [
+            Text(cells[c] or "-", style="yellow" if c == "state" and cells[c] != "running" else "") for c in varying
+        ]
+        table.add_row(Text(label), Text(ids_text), *shown)
+    return Group(line, table)
+
+
+def _node(m: dict[str, Any]) -> str:
+    """The node's address, or the start of its Ray node id, or ``-`` (not placed yet)."""
+    if m.get("node_ip"):
+        return str(m["node_ip"])
+    node_id = m.get("node_id")
+    return str(node_id)[:8] if node_id else "-"
+
+
+def _resources(request: dict[str, float]) -> str:
+    """``{"CPU": 1.0, "GPU": 1.0, "memory": 8 GiB}`` as ``CPU 1, GPU 1, memory 8 GiB``."""
+    parts = []
+    for name, amount in sorted(request.items(), key=lambda kv: (kv[0] not in ("CPU", "GPU"), kv[0])):
+        if name == "memory":
+            parts.append(f"memory {_bytes(amount)}")
+        else:
+            parts.append(f"{name} {amount:g}")
+    return ", ".join(parts) or "nothing"
+
+
+def _bytes(amount: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if amount >= size:
+            return f"{amount / size:g} {unit}"
+    return f"{amount:g} B"
+
+
+def _ids(ids: list[int]) -> str:
+    """``[1, 2, 3, 7]`` as ``1-3, 7``."""
+    spans: list[list[int]] = []
+    for i in ids:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def _did_not_open(m: dict[str, Any]) -> bool:
