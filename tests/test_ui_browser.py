@@ -1,32 +1,36 @@
 """The web page in a real browser: Debian's headless Chromium, driven by Selenium through
 Debian's chromedriver (the same version: no driver download, no internet).
 
-A word count runs on the session's Ray with its page served. The page's spout counter grows;
-Kill asks first, and dismissing the question changes nothing; Deactivate asks, and once
-accepted the page shows the topology inactive and the spout's emitted count stops. On the way
-the page is photographed into the test's temporary directory and the picture checked (a PNG as wide
-as the window, drawn, not blank); the tests change no file of the repository. To retake
-the README's ``docs/images/ui.png``, name it in ``RAYFLOW_UI_SCREENSHOT``:
+A word count runs on the session's Ray with its page served, each split task on one of the
+session's GPUs. The page's spout counter grows; each task's row shows its state, node,
+resources and GPU ids as ``task_metrics()`` gives them; Kill asks first, and dismissing the
+question changes nothing; Deactivate asks, and once accepted the page shows the topology
+inactive and the spout's emitted count stops. On the way the page is photographed into the
+test's temporary directory and the picture checked (a PNG as wide as the window, drawn, not
+blank); the tests change no file of the repository. A page with a token (no Ray) asks for it,
+forgets a wrong one, keeps the right one, and never puts it in the address. To retake the
+README's ``docs/images/ui.png``, name it in ``RAYFLOW_UI_SCREENSHOT``:
 
     RAYFLOW_UI_SCREENSHOT=docs/images/ui.png python -m pytest -m browser
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from rayflow import Config, submit_topology
+from rayflow import Config, TopologyHandle, submit_topology
 from rayflow._ui import UiServer
 
 from .conftest import eventually
-from .ui_helpers import wordcount
+from .ui_helpers import FakeHandle, wordcount
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium is not installed (the dev extra has it)")
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException  # noqa: E402
@@ -90,19 +94,28 @@ def refreshes(browser: Any, count: int) -> list[int | None]:
     return seen
 
 
-def answer_confirm(browser: Any, accept: bool) -> str:
-    def present() -> bool:
-        try:
-            browser.switch_to.alert  # noqa: B018 (raises until the dialog is up)
-        except NoAlertPresentException:
-            return False
-        return True
+def alert_up(browser: Any) -> bool:
+    try:
+        browser.switch_to.alert  # noqa: B018 (raises until the dialog is up)
+    except NoAlertPresentException:
+        return False
+    return True
 
-    assert eventually(present, timeout=DEADLINE)
+
+def answer_confirm(browser: Any, accept: bool) -> str:
+    assert eventually(lambda: alert_up(browser), timeout=DEADLINE)
     alert = browser.switch_to.alert
     question: str = alert.text
     alert.accept() if accept else alert.dismiss()
     return question
+
+
+def answer_prompt(browser: Any, text: str) -> None:
+    """Type ``text`` into the page's question (``window.prompt``) and accept it."""
+    assert eventually(lambda: alert_up(browser), timeout=DEADLINE)
+    alert = browser.switch_to.alert
+    alert.send_keys(text)
+    alert.accept()
 
 
 def png_size(picture: bytes) -> tuple[int, int]:
@@ -128,7 +141,7 @@ def screenshot(browser: Any, tmp_path: Path) -> None:
 
 
 def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, browser: Any, tmp_path: Path) -> None:
-    topology = wordcount(rate=300, raise_every=400)
+    topology = wordcount(rate=300, raise_every=400, split_resources={"num_gpus": 1})
     handle = submit_topology("wordcount", Config(message_timeout_secs=10, max_spout_pending=300), topology)
     page = UiServer()
     try:
@@ -137,6 +150,18 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         first = emitted(browser)
         assert eventually(lambda: (emitted(browser) or 0) > (first or 0), timeout=DEADLINE)
         assert browser.find_element(By.ID, "state").text == "active"
+
+        # Each task's state, node, resources and GPUs, as task_metrics() says them.
+        placed = handle.task_metrics()
+        for task, m in placed.items():
+            row = f'#tasks tr[data-task="{task}"]'
+            assert page_value(browser, f'{row} td[data-field="state"]') == "running"
+            assert page_value(browser, f'{row} td[data-field="node"]') == m["node_ip"]
+            assert json.loads(page_value(browser, f'{row} td[data-field="resources"]') or "") == m["resources"]
+            assert page_value(browser, f'{row} td[data-field="gpu_ids"]') == ", ".join(map(str, m["gpu_ids"]))
+        split = [t for t, m in placed.items() if m["component"] == "split"]
+        shown = page_value(browser, f'#tasks tr[data-task="{split[0]}"] td[data-field="resources"]', "textContent")
+        assert shown is not None and "GPU 1" in shown
 
         # Enough history for the plots, and an error in the list, for the screenshot.
         assert eventually(lambda: browser.execute_script("return points.length") >= HISTORY_POINTS, timeout=DEADLINE)
@@ -156,4 +181,32 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         assert refreshes(browser, 3) == [stopped] * 3  # three refreshes, a second apart: it stays
     finally:
         handle.kill()
+        page.close()
+
+
+def test_with_a_token_the_page_asks_for_it_and_keeps_it_out_of_the_url(browser: Any) -> None:
+    """No Ray: a page of a ``FakeHandle`` with a token. A wrong token is refused and asked for
+    again; the right one acts and is kept for the tab; the address never holds it."""
+    handle = FakeHandle("guarded")
+    page = UiServer(token="s3cret", ray_metrics=False).serve(cast(TopologyHandle, handle))
+    try:
+        browser.get(page.url)
+        assert eventually(lambda: browser.find_element(By.ID, "state").text == "active", timeout=DEADLINE)
+        browser.find_element(By.ID, "deactivate").click()
+        answer_confirm(browser, accept=True)
+        answer_prompt(browser, "guess")
+        assert "refused" in answer_confirm(browser, accept=True)  # the alert saying so
+        assert handle.active
+
+        browser.find_element(By.ID, "deactivate").click()
+        answer_confirm(browser, accept=True)
+        answer_prompt(browser, "s3cret")  # asked again: the wrong one was forgotten
+        assert eventually(lambda: browser.find_element(By.ID, "state").text == "inactive", timeout=DEADLINE)
+        assert not handle.active
+
+        browser.find_element(By.ID, "activate").click()
+        answer_confirm(browser, accept=True)  # and no question: the token was kept
+        assert eventually(lambda: browser.find_element(By.ID, "state").text == "active", timeout=DEADLINE)
+        assert "s3cret" not in browser.current_url
+    finally:
         page.close()
