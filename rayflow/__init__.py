@@ -2,12 +2,14 @@
 
 How the package stacks, bottom up:
 
-    plain Python, no Ray      _errors, _urls, _pending, _config, _tuple, _components, _context,
-                              _groupings, _topology, _acking/ (its edge ids and ledger here, its
-                              executor with the executors), _rotating_map, _outbox, _router,
-                              _collectors, _metrics, _state/, _windows/, _executors/, _run_checks,
-                              _sinks
-    on Ray                    _runtime/ (one actor per task around an executor), _ui/ (the web
+    plain Python, no Ray      _errors, _suggest, _dotted, _urls, _pending, _config, _resources
+                              (what a component asks of the cluster), _tuple, _components,
+                              _context, _groupings, _topology, _acking/ (its edge ids and ledger
+                              here, its executor with the executors), _rotating_map, _outbox,
+                              _router, _collectors, _metrics, _state/, _exactly_once/, _windows/,
+                              _executors/, _run_checks, _sinks
+    on Ray                    _runtime/ (one actor per task around an executor; placement: where
+                              the actors go and what they ask of the cluster), _ui/ (the web
                               page and the Prometheus metrics of a running topology, in the driver:
                               it takes a handle), _local_cluster (LocalCluster: a local Ray, its
                               topologies and their pages, put together)
