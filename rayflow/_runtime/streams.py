@@ -55,6 +55,7 @@ import logging
 import ssl
 import struct
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -168,6 +169,22 @@ class _TlsStreamProtocol(asyncio.StreamReaderProtocol):
 def _peer(writer: asyncio.StreamWriter) -> str:
     peer = writer.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "an unknown peer"
+
+
+def _release(exc: BaseException) -> None:
+    """Let what a failed handshake held go at once, not at the next full cycle collection.
+
+    ``loop.start_tls`` ends a failed or cancelled handshake by raising out of ``await waiter``:
+    the exception's traceback holds ``start_tls``'s finished frame, whose locals hold the
+    waiter (which holds the exception: a cycle) and the TLS protocol with its 256 KiB read
+    buffer and ``SSLObject``. Clearing the finished frames of the traceback (and of the
+    exceptions it chains) breaks the cycle, so a refused connection costs nothing once it is
+    refused: the handshake cap then bounds the memory half-handshakes can hold."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
 
 
 def _tls_reason(exc: ssl.SSLError) -> str:
@@ -311,7 +328,11 @@ class Listener:
             self._cut(next(iter(self._handshakes)), "busy")
         deadline = asyncio.get_running_loop().call_later(self._handshake_secs, self._cut, me, "slow")
         try:
-            return await self._authenticate(raw)
+            try:
+                return await self._authenticate(raw)
+            except BaseException as exc:
+                _release(exc)
+                raise
         except asyncio.CancelledError:
             # Not re-raised: this is the stream's own task, and Python 3.11 logs one that ends
             # cancelled as an error.
