@@ -133,9 +133,10 @@ class TwoPhaseCommitSink(Bolt, Generic[TransactionT]):
         )
 
     def transaction_name(self, txid: int) -> str:
-        """The name of this task's transaction for ``txid``: ``topology/component/task/txid``,
-        the same in every incarnation of the task, and unique in the topology. Known from
-        ``prepare`` on."""
+        """The name of this task's transaction for ``txid``: ``topology/component/task-N/txid``
+        (``N``: the task's index among its component's tasks), the same in every incarnation of
+        the task and in a resumed topology whose other components changed their parallelism,
+        and unique in the topology. Known from ``prepare`` on."""
         prefix = getattr(self, "_transaction_prefix", None)
         if prefix is None:
             raise RayflowError(

@@ -147,6 +147,24 @@ class TestResumeAfterAWholeRestart:
         assert sorted(second.acked("sentences")) == list(range(committed_before, 30))
         assert counts_of(second.components("count")) == true_counts(30)
 
+    def test_it_resumes_exactly_with_the_count_on_more_tasks(self, tmp_path: Path) -> None:
+        """Started again with the count on 3 tasks instead of 2: the task ids after it move
+        (the spout's among them), yet the spout resumes at its own committed position and
+        every key goes to the task that now owns it."""
+        conf = durable(tmp_path, max_spout_pending=5).merged({"topology.name": "rescaled"})
+        first = InProcessTopology(wordcount(30, count=2), conf)
+        for _ in range(3):
+            first.run_spouts(5)
+            first.settle()
+            first.advance(1.0)
+        committed_before = len(first.acked("sentences"))
+        assert 0 < committed_before < 30
+        second = InProcessTopology(wordcount(30, count=3), conf)
+        assert second.layout != first.layout
+        run_to_the_end(second)
+        assert sorted(second.acked("sentences")) == list(range(committed_before, 30))
+        assert counts_of(second.components("count")) == true_counts(30)
+
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(

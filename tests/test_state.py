@@ -220,8 +220,8 @@ def open_checkpoint_spout(tmp_path: Path, stored: tuple[int, str] | None) -> tup
     context = SimpleNamespace(this_component_id=CHECKPOINT_COMPONENT, this_task_id=1)
     if stored is not None:
         provider = SqliteStateProvider(conf["state_provider_config"], "wc")  # type: ignore[arg-type]
-        provider.stage(namespace(conf, CHECKPOINT_COMPONENT, 1), stored[0], {"transaction": stored})
-        provider.commit(namespace(conf, CHECKPOINT_COMPONENT, 1), stored[0])
+        provider.stage(namespace(conf, CHECKPOINT_COMPONENT, 0), stored[0], {"transaction": stored})
+        provider.commit(namespace(conf, CHECKPOINT_COMPONENT, 0), stored[0])
         provider.close()
     spout, collector = CheckpointSpout(), RecordingCollector()
     spout.open(conf, context, collector)  # type: ignore[arg-type]

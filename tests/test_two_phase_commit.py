@@ -101,7 +101,8 @@ class TestExactlyOnce:
         run.close()
         assert sorted(db.rows) == expected_rows()
         assert db.staged == {}
-        assert f"recover_and_commit topology/sink/{victim}/" in " ".join(db.calls)
+        index = [t for t, c in sorted(run.layout.items()) if c == "sink"].index(victim)
+        assert f"recover_and_commit topology/sink/task-{index}/" in " ".join(db.calls)
 
     def test_a_sink_killed_after_a_pre_commit_that_is_rolled_back_aborts_by_name(
         self, store: tuple[str, Store]

@@ -40,11 +40,12 @@ _POSITION = "position"
 
 
 class SpoutCut:
-    def __init__(self, spout: Spout, conf: dict[str, Any], component: str, task: int, peers: list[int]) -> None:
+    def __init__(self, spout: Spout, conf: dict[str, Any], component: str, index: int, tasks: int) -> None:
+        """``index``: this task's place among its component's ``tasks`` tasks."""
         self._spout = spout
         self._conf = conf
-        self.namespace = namespace(conf, component, task)
-        self._peers = [namespace(conf, component, peer) for peer in peers]
+        self.namespace = namespace(conf, component, index)
+        self._peers = [namespace(conf, component, peer) for peer in range(tasks) if peer != index]
         """The other tasks of the spout, for ``seek_peers``."""
         self._provider: StateProvider | None = None
         self.initialized = False

@@ -38,8 +38,7 @@ from .._context import TopologyContext
 from .._errors import RayflowError
 from .._exactly_once.wiring import exactly_once
 from .._sinks import TwoPhaseCommitSink
-from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK
-from .._state.provider import topology_name
+from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
 from .._tuple import Tuple
 from .base import Timer, logger
 from .bolt_kind import BoltKind, CheckpointDeferred
@@ -78,7 +77,11 @@ class TwoPhaseCommitAdapter(BoltKind):
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         sink = self.user_component
-        sink._transaction_prefix = f"{topology_name(conf)}/{context.this_component_id}/{context.this_task_id}"
+        # By the task's index among its component's tasks, not its id: a topology resumed with
+        # another component rescaled moves the ids, and a restarted task must find its own
+        # pre-committed transactions, not a sibling's.
+        index = context.get_component_tasks(context.this_component_id).index(context.this_task_id)
+        sink._transaction_prefix = namespace(conf, context.this_component_id, index)
         sink.prepare(conf, context, collector)
 
     def cleanup(self) -> None:

@@ -73,9 +73,11 @@ topology back as fast as it can replay, burning every core; paused, it costs one
 interval while the log names it."""
 
 
-def namespace(conf: dict[str, Any], component: str, task: int) -> str:
-    """Where one task's state lives in a provider: the topology's name, the component, the task."""
-    return f"{topology_name(conf)}/{component}/{task}"
+def namespace(conf: dict[str, Any], component: str, index: int) -> str:
+    """Where one task's state lives in a provider: the topology's name, the component, and the
+    task's index among its component's tasks -- not its task id, which moves when a topology is
+    submitted again with a component whose name sorts before it rescaled."""
+    return f"{topology_name(conf)}/{component}/task-{index}"
 
 
 class CheckpointSpout(Spout):
@@ -89,7 +91,7 @@ class CheckpointSpout(Spout):
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self.collector = collector
-        self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+        self.namespace = namespace(conf, context.this_component_id, 0)  # the topology's one checkpoint spout
         self.provider: StateProvider = task_provider(conf)
         self.txid, self.phase = 0, COMMITTED
         self.loaded = False

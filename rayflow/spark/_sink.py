@@ -332,7 +332,9 @@ class DataFrameSink(TwoPhaseCommitSink["CheckpointRows"]):
         from ._checkpointed import StagedBatches, StagedParquet
         from ._parquet import ParquetBatchWriter
 
-        task = context.this_task_id
+        # The task's index among the sink's tasks, not its id: ids move when a topology is resumed
+        # with another component rescaled, and a task must recover its own staged checkpoints.
+        task = context.get_component_tasks(context.this_component_id).index(context.this_task_id)
         if isinstance(self._writer, ParquetBatchWriter):
             return StagedParquet(
                 self._name,
