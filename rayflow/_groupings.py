@@ -180,6 +180,9 @@ class ShuffleGrouping(Grouping):
     def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
         super().prepare(context, stream, target_tasks)
         self._even = self._order(context)
+        self._elsewhere = [[t] for t in self.targets if [t] not in self._even]
+        """The targets outside the round (``local_or_shuffle``'s remote ones): taken while no
+        target of the round is reachable."""
         self._choices = self._even
         self._weights: tuple[list[list[int]], list[int]] = ([], [])
         """The reachable targets and their turns in the round, as ``update_load`` last set them."""
@@ -213,11 +216,10 @@ class ShuffleGrouping(Grouping):
     def update_load(self, backlog: Callable[[int], int]) -> None:
         """Re-weigh the round from ``backlog(task)``: tuples sent to ``task`` not yet processed,
         or ``UNREACHABLE`` (no turn while another target is reachable)."""
-        loads = [backlog(choice[0]) for choice in self._even]
-        order = [choice for choice, load in zip(self._even, loads, strict=True) if load != UNREACHABLE]
-        if order:
-            loads = [load for load in loads if load != UNREACHABLE]
-        else:  # none reachable: what is sent anywhere is lost alike
+        order, loads = _reachable(self._even, backlog)
+        if not order and self._elsewhere:  # local_or_shuffle: no local target is reachable
+            order, loads = _reachable(self._elsewhere, backlog)
+        if not order:  # none reachable: what is sent anywhere is lost alike
             order, loads = self._even, [0] * len(self._even)
         most = max(loads)
         weights = [LOAD_LEVELS - (LOAD_LEVELS - 1) * load // most if most else 1 for load in loads]
@@ -236,6 +238,13 @@ class ShuffleGrouping(Grouping):
             self.next_run()
 
 
+def _reachable(choices: list[list[int]], backlog: Callable[[int], int]) -> tuple[list[list[int]], list[int]]:
+    """The ``choices`` whose target is not ``UNREACHABLE``, and their backlogs."""
+    loads = [backlog(choice[0]) for choice in choices]
+    kept = [(choice, load) for choice, load in zip(choices, loads, strict=True) if load != UNREACHABLE]
+    return [choice for choice, _ in kept], [load for _, load in kept]
+
+
 class NoneGrouping(ShuffleGrouping):
     """ "Don't care": currently the same as shuffle, as in Storm."""
 
@@ -243,7 +252,8 @@ class NoneGrouping(ShuffleGrouping):
 
 
 class LocalOrShuffleGrouping(ShuffleGrouping):
-    """Shuffle among the targets on this task's node; among all of them if none is local."""
+    """Shuffle among the targets on this task's node; among all of them if none is local, or
+    while none of the local ones is reachable (``update_load``)."""
 
     kind = "local_or_shuffle"
 

@@ -107,6 +107,13 @@ class TestDeadTargets:
         grouping.update_load(lambda task: UNREACHABLE if task == 3 else 0)
         assert spread(grouping, [["w", i] for i in range(10)]) == {5: 10}
 
+    def test_local_or_shuffle_goes_elsewhere_while_no_local_task_is_reachable(self):
+        grouping = prepared(LocalOrShuffleGrouping(), task_id=1, nodes=NODES)  # local: 3 and 5
+        grouping.update_load(lambda task: UNREACHABLE if task in (3, 5) else 0)
+        assert spread(grouping, [["w", i] for i in range(10)]) == {4: 5, 6: 5}
+        grouping.update_load(lambda task: 0)  # a local task is back
+        assert spread(grouping, [["w", i] for i in range(10)]) == {3: 5, 5: 5}
+
     def test_with_every_task_unreachable_the_round_is_even(self):
         grouping = prepared(ShuffleGrouping())
         grouping.update_load(lambda task: UNREACHABLE)
