@@ -59,7 +59,7 @@ def run(
 
     started = time.monotonic()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), json.dumps(properties)],
+        [sys.executable, "-P", "-c", CHILD, str(path), json.dumps(properties)],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

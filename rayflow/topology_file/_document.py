@@ -177,8 +177,8 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _expanded_size(root: yaml.Node) -> int:
-    """How many values building ``root`` makes, each alias and merge key expanded where it is
-    used: worked out once per composed node, so in time linear in the file. Raises ``_Refused``
+    """How many values and keys building ``root`` makes, each alias and merge key expanded where
+    it is used: worked out once per composed node, so in time linear in the file. Raises ``_Refused``
     at the first collection whose expansion passes ``MAX_VALUES``. A recursive alias counts as
     one value (the builder reports it)."""
     sizes: dict[int, int] = {}
@@ -194,15 +194,17 @@ def _expanded_size(root: yaml.Node) -> int:
             return 1
         open_.add(id(node))
         try:
-            children = node.value if isinstance(node, yaml.SequenceNode) else [value for _, value in node.value]
-            total = 1 + sum(size(child) for child in children)
+            if isinstance(node, yaml.SequenceNode):
+                total = 1 + sum(size(item) for item in node.value)
+            else:
+                total = 1 + sum(size(value) + (key.tag != _MERGE_TAG) for key, value in node.value)
         finally:
             open_.discard(id(node))
         if total > MAX_VALUES:
             raise _Refused(
                 node.start_mark.line + 1,
-                f"the aliases or merge keys in this value expand to more than {MAX_VALUES:,} values, the limit"
-                " for one load",
+                f"the aliases or merge keys in this value expand to more than {MAX_VALUES:,} values and keys,"
+                " the limit for one load",
             )
         sizes[id(node)] = total
         return total

@@ -117,8 +117,8 @@ class _Reader:
             if self._size(side) + self._size(own) + (0 if other is None else self._size(other)) > MAX_VALUES:
                 self.problems.append(
                     (entry.child("file") or entry).problem(
-                        f"with this include the file would hold more than {MAX_VALUES:,} values, the limit for one load"
-                        " (a file included many times over?)"
+                        f"with this include the file would hold more than {MAX_VALUES:,} values and keys, the limit"
+                        " for one load (a file included many times over?)"
                     )
                 )
                 continue
@@ -132,14 +132,16 @@ class _Reader:
         return Node(merged.value, tree.file, tree.line, tree.path)
 
     def _size(self, node: Node) -> int:
-        """How many values ``node`` holds, each shared subtree counted where it appears;
+        """How many values and keys ``node`` holds, each shared subtree counted where it appears;
         remembered per node (nodes are never changed once merged), so each is counted once."""
         known = self._sizes.get(id(node))
         if known is not None:
             return known[1]
         value = node.value
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        size = 1 + sum(self._size(child) for child in children)
+        if isinstance(value, dict):
+            size = 1 + sum(1 + self._size(child) for child in value.values())
+        else:
+            size = 1 + sum(self._size(child) for child in value) if isinstance(value, list) else 1
         self._sizes[id(node)] = (node, size)
         return size
 

@@ -3,11 +3,11 @@
 A topology file, with everything it includes, is one *load*. A load reads each real path once
 (a file included ten times, or through ten symlinks, is read once) and stays within a
 ``Budget``: at most ``MAX_FILES`` files, ``MAX_LOAD_BYTES`` of text after substitution, and
-``MAX_VALUES`` values once YAML aliases, merge keys and includes are expanded. Only regular files
+``MAX_VALUES`` values (keys included) once YAML aliases, merge keys and includes are expanded. Only regular files
 are read (``includes: [/dev/zero]`` or a FIFO is refused, not waited on), and never more than
 the bytes left in the budget, so a hostile file is an error naming the file, never a hang or an
 exhausted memory. The limits are far above any topology written by hand (the ones we ship are
-under 4 KiB and 200 values); data that large belongs in a file a component reads.
+under 4 KiB and 300 values); data that large belongs in a file a component reads.
 
 A ``--properties`` file is read on its own, with ``read_text`` and the ``MAX_FILE_BYTES`` bound.
 """
@@ -38,8 +38,8 @@ MAX_FILES = 64
 MAX_LOAD_BYTES = 256 * 1024
 """The most text one load parses, over all its files, after ``${...}`` substitution: 256 KiB."""
 MAX_VALUES = 10_000
-"""The most values one load parses or builds, counted after aliases, merge keys and includes
-are expanded (every scalar, list and mapping once per place it appears)."""
+"""The most values one load parses or builds, keys included, counted after aliases, merge keys
+and includes are expanded (every key, scalar, list and mapping once per place it appears)."""
 MAX_DEPTH = 100
 """Collections nested deeper than this are refused: no topology needs it, and later checks recurse."""
 MAX_SCALAR_CHARS = 64 * 1024
@@ -86,8 +86,8 @@ class Budget:
         """Count ``count`` values parsed or built."""
         if self.values + count > MAX_VALUES:
             raise OverBudget(
-                f"more than {MAX_VALUES:,} values in the file and its includes, counting each alias, merge key"
-                " and include where it is used (an alias expanding without bound?)"
+                f"more than {MAX_VALUES:,} values and keys in the file and its includes, counting each alias,"
+                " merge key and include where it is used (an alias expanding without bound?)"
             )
         self.values += count
 

@@ -185,10 +185,10 @@ def make_config_typos(directory: Path) -> Case:
 
 
 def make_many_components(directory: Path) -> Case:
-    """1,000 bolts and as many streams: near the most components the values allow."""
+    """700 bolts, each with a stream from the spout: near the most components the values allow."""
     root = directory / "t.yaml"
-    bolts = "".join(f"  - {{id: b{i}, class: tests.topology_file_components.Upper}}\n" for i in range(1_000))
-    streams = "".join(f"  - {{from: words, to: b{i}}}\n" for i in range(1_000))
+    bolts = "".join(f"  - {{id: b{i}, class: tests.topology_file_components.Upper}}\n" for i in range(700))
+    streams = "".join(f"  - {{from: words, to: b{i}, grouping: {{type: shuffle}}}}\n" for i in range(700))
     root.write_text(HEADER + "bolts:\n" + bolts + "streams:\n" + streams)
     return root, {}
 
