@@ -105,6 +105,29 @@ def test_a_killed_task_loses_no_committed_update(run: Any, tmp_path: Path, victi
     print(f"{victim} killed: counted {counts.total() - TRUTH.total():,} words above the truth (replays)")
 
 
+def test_a_rescaled_count_goes_on_from_the_committed_counts(ray_cluster: str, tmp_path: Path) -> None:
+    """The word count under one name with the count on 2 tasks, then on 3 (state in SQLite, no
+    kill): the second run's tasks load the keys the fields grouping now sends them (a key sent
+    to a task that does not own its group would fail every checkpoint, and the run would not
+    finish), and the committed counts are exactly twice the truth."""
+    name = unique("state-rescale")
+    sentences = SENTENCES[:6_000]
+    truth = Counter(w for s in sentences for w in s.split())
+    conf = Config.of(
+        {"checkpoint_interval_ms": 250, "state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}}
+    )
+    for tasks in (2, 3):
+        handle = submit_topology(name, conf, wordcount(sentences, count_tasks=tasks))
+        try:
+            finish(handle)
+            assert handle.metrics()["count"]["rollbacks"] == 0
+        finally:
+            handle.kill()
+    provider = open_provider("sqlite", {"dir": str(tmp_path)}, name)
+    assert committed(provider, name) == Counter({w: 2 * n for w, n in truth.items()})
+    provider.close()
+
+
 def test_a_state_store_that_cannot_be_reached_is_a_submit_error(ray_cluster: str) -> None:
     conf = Config.of({"state_provider": "redis", "state_provider_config": {"url": "redis://user:s3cret@127.0.0.1:1/0"}})
     with pytest.raises(StateError, match=r"state_provider 'redis': .*redis://user:\*\*\*@127\.0\.0\.1:1/0") as err:
