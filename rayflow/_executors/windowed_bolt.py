@@ -52,11 +52,11 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException, RayflowError, StateError
-from .._state.checkpoint import CHECKPOINT_STREAM, COMMIT, INITSTATE, PREPARE, ROLLBACK, namespace
-from .._state.provider import StateProvider, task_provider
+from .._state.checkpoint import CHECKPOINT_STREAM, COMMIT, INITSTATE, PREPARE, ROLLBACK
+from .._state.provider import StateProvider, task_provider, topology_name
 from .._tuple import Tuple
 from .._windows.bolt import WindowedBolt
-from .._windows.contents import WindowContents, dump, load
+from .._windows.contents import KEY, WindowContents, dump, load, namespace
 from .._windows.lengths import Duration, Length
 from .._windows.manager import CountWindows, Manager, SessionWindows, Step, make_manager
 from .._windows.watermark import WatermarkTracker
@@ -72,8 +72,6 @@ __all__ = ["WindowedBoltAdapter", "WindowedCollector"]
 
 LATE_LOG_EVERY = 1000
 """Without a late tuple stream, the first late tuple is logged, then one in this many."""
-_CONTENTS = "windows"
-"""Exactly-once: the one key of a windowed task's namespace, its ``WindowContents``."""
 
 
 class WindowedCollector(AnchorRuleCollector):
@@ -118,6 +116,7 @@ class WindowedBoltAdapter(BoltKind):
         """Why the next PREPARE must fail (a window's ``execute`` raised since the last rollback)."""
         self.provider: StateProvider | None = None
         self.namespace = ""
+        self.parallelism = 1
         self.checkpoints = 0
         self.rollbacks = 0
 
@@ -150,7 +149,11 @@ class WindowedBoltAdapter(BoltKind):
             self.exactly_once = True
             self.initialized = False
             self.execute = self._wait  # type: ignore[method-assign]
-            self.namespace = namespace(conf, context.this_component_id, context.this_task_id)
+            tasks = context.get_component_tasks(context.this_component_id)
+            self.parallelism = len(tasks)
+            self.namespace = namespace(
+                topology_name(conf), context.this_component_id, tasks.index(context.this_task_id)
+            )
             self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
 
@@ -298,7 +301,7 @@ class WindowedBoltAdapter(BoltKind):
                 raise NotInitialized(f"task {self._task.task_id} has not restored its windows yet")
             if self.broken:
                 raise CheckpointDeferred(self.broken)
-            provider.stage_many(txid, {self.namespace: {_CONTENTS: dump(self._contents())}})
+            provider.stage_many(txid, {self.namespace: {KEY: dump(self._contents())}})
         elif action == COMMIT:
             provider.commit_many([self.namespace], txid)
             if self.initialized:
@@ -323,8 +326,10 @@ class WindowedBoltAdapter(BoltKind):
     def _contents(self) -> WindowContents:
         tracker = self.tracker
         if tracker is None:
-            return WindowContents(self.settings, self.windows, self.clock)
-        return WindowContents(self.settings, self.windows, self.clock, tracker.watermark, tracker.latest, tracker.heard)
+            return WindowContents(self.settings, self.parallelism, self.windows, self.clock)
+        return WindowContents(
+            self.settings, self.parallelism, self.windows, self.clock, tracker.watermark, tracker.latest, tracker.heard
+        )
 
     def _initialize(self, provider: StateProvider) -> None:
         provider.rollback_many([self.namespace])  # what an unfinished transaction staged is void
@@ -337,14 +342,16 @@ class WindowedBoltAdapter(BoltKind):
     def _restore(self, provider: StateProvider) -> None:
         """The windows as last committed; empty (a new clock, no watermark) before any commit."""
         data, _ = provider.load_many([self.namespace])[self.namespace]
-        blob = data.get(_CONTENTS)
+        blob = data.get(KEY)
         self.broken = ""
         self.tracker = self._new_tracker()
         if blob is None:
             self.windows, self.clock = self._new_windows(), 0.0
             return
         task = self._task
-        contents = load(blob, self.settings, f"windowed bolt {task.component_id!r} task {task.task_id}")
+        contents = load(
+            blob, self.settings, self.parallelism, f"windowed bolt {task.component_id!r} task {task.task_id}"
+        )
         self.windows, self.clock = contents.windows, contents.clock
         tracker = self.tracker
         if tracker is not None and contents.watermark is not None:

@@ -7,6 +7,7 @@ How the package stacks, bottom up:
     manager      the windows themselves: which tuples each activation holds, when it fires,
                  and which tuples no later window can hold (the ones to ack)
     watermark    event time: the watermark over a bolt's input streams and tasks
+    contents     exactly-once: a task's windows as they go into a checkpoint and come back
     bolt         ``WindowedBolt``, the class users subclass, and its settings
     validation   what ``create_topology`` and the runners check of those settings
 

@@ -16,10 +16,12 @@ to fire the same windows again:
 
 They are pickled whole (``dump``): the tuples with their values and their ``TupleSource`` (a
 restored tuple reads its fields by name, as the one that arrived); their trees are gone, since
-every tuple held was acked when it arrived. The window settings go with them, and ``load``
-refuses contents written under other settings: windows of another length or slide cannot be
-carried over, and silently starting empty would lose the inputs they held (which the spouts will
-not replay: their positions were committed past them).
+every tuple held was acked when it arrived. They live in one namespace per task, by the task's
+place among the bolt's tasks (``namespace``), not its task id, which moves when another
+component's parallelism changes. The window settings and the bolt's parallelism go with them,
+and ``load`` refuses contents written under others: open windows cannot be moved to another
+window or between tasks, and silently starting empty would lose the inputs they held (which the
+spouts will not replay: their positions were committed past them).
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from .._tuple import Tuple
 from .bolt import WindowSettings
 from .manager import Manager
 
-__all__ = ["WindowContents", "dump", "load"]
+__all__ = ["WindowContents", "dump", "load", "namespace"]
+
+KEY = "windows"
+"""The one key of a task's namespace: its pickled ``WindowContents``."""
+
+
+def namespace(topology_name: str, component: str, index: int) -> str:
+    """Where task ``index`` (its place among ``component``'s tasks) keeps its windows."""
+    return f"{topology_name}/{component}/windows-{index}"
 
 
 @dataclass
@@ -41,6 +51,7 @@ class WindowContents:
     """One windowed task's windows at a checkpoint (see the module doc)."""
 
     settings: WindowSettings
+    parallelism: int
     windows: Manager[Tuple]
     clock: float = 0.0
     watermark: float | None = None
@@ -54,13 +65,20 @@ def dump(contents: WindowContents) -> bytes:
     return pickle.dumps(contents, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load(blob: bytes, settings: WindowSettings, where: str) -> WindowContents:
+def load(blob: bytes, settings: WindowSettings, parallelism: int, where: str) -> WindowContents:
     """The contents ``dump`` wrote; ``where`` names the task for the error.
 
     Raises:
-        StateError: the contents were written under other window settings than ``settings``.
+        StateError: the contents were written under other window settings than ``settings``, or
+            by a bolt of another parallelism.
     """
     contents: WindowContents = pickle.loads(blob)
+    if contents.parallelism != parallelism:
+        raise StateError(
+            f"{where}: the committed windows were kept by {contents.parallelism} task(s), but the bolt now has "
+            f"{parallelism}: open windows cannot move between tasks; submit the topology with parallelism "
+            f"{contents.parallelism} for this bolt, or under another topology.name to start afresh"
+        )
     if contents.settings != settings:
         raise StateError(
             f"{where}: the committed windows were written with {contents.settings}, but the bolt now has "
