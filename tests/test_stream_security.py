@@ -434,6 +434,35 @@ class TestLimits:
         finally:
             gc.enable()
 
+    def test_failed_dials_give_their_tls_objects_back_at_once(self):
+        """A sender dialling an address where something else answers (not TLS) twenty times:
+        each dial is refused, and with the cycle collector off no TLS protocol of them is left."""
+        from asyncio.sslproto import SSLProtocol
+
+        def tls_protocols() -> int:
+            return sum(isinstance(o, SSLProtocol) for o in gc.get_objects())
+
+        async def scenario() -> None:
+            async def squatter(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                writer.close()
+
+            server = await asyncio.start_server(squatter, "127.0.0.1", 0)
+            address = ("127.0.0.1", server.sockets[0].getsockname()[1])
+            dialer = Dialer(KEYS.issue(1))
+            for _ in range(20):
+                with pytest.raises((StreamRefused, ConnectionError)):
+                    await dialer.open(address, 2, DATA, handshake_secs=2.0)
+            await until(lambda: tls_protocols() == 0)
+            server.close()
+
+        gc.collect()
+        gc.disable()
+        try:
+            run(scenario)
+        finally:
+            gc.enable()
+
     def test_a_credit_flood_closes_the_stream_instead_of_spinning(self, caplog):
         """A listener with task 2's key (the worst case: a task of the topology gone wrong)
         credits 2^32-1 frames for one sent: the sender closes the stream as a violation, is

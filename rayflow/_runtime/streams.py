@@ -179,7 +179,9 @@ def _release(exc: BaseException) -> None:
     waiter (which holds the exception: a cycle) and the TLS protocol with its 256 KiB read
     buffer and ``SSLObject``. Clearing the finished frames of the traceback (and of the
     exceptions it chains) breaks the cycle, so a refused connection costs nothing once it is
-    refused: the handshake cap then bounds the memory half-handshakes can hold."""
+    refused: the handshake cap then bounds the memory half-handshakes can hold. A sender's
+    failed dial (``Dialer.open``, tried again every second toward a dead task's address) is
+    released alike."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -210,8 +212,12 @@ class Dialer:
                 *address, ssl=self._context, server_hostname="", ssl_handshake_timeout=handshake_secs
             )
         except ssl.SSLError as exc:
+            _release(exc)
             why = _tls_reason(exc)
             raise StreamRefused(f"the listener at {where} did not prove it is task {dest}: {why}") from None
+        except BaseException as exc:  # refused, unreachable, or given up on (cancelled)
+            _release(exc)
+            raise
         try:
             found = peer_task(writer.get_extra_info("ssl_object"), self._topology)
             if found != dest:
