@@ -335,6 +335,15 @@ def test_rayflow_run_ui_prints_the_page_and_ends_when_killed_from_it(ray_cluster
             proc.communicate()
 
 
+def test_rayflow_run_ui_on_another_address_needs_the_token_given() -> None:
+    """No token is made up (it would have to be printed): without ``RAYFLOW_UI_TOKEN`` the run
+    stops before anything starts or listens."""
+    argv = ["run", "configs/wordcount.yaml", "--ui", "--host", "0.0.0.0"]
+    result = CliRunner().invoke(app, argv, env={"RAYFLOW_UI_TOKEN": ""})
+    assert result.exit_code == 1 and "give a token" in " ".join(result.stderr.split())
+    assert "web page: http" not in result.stdout
+
+
 def test_port_without_ui_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["run", "configs/wordcount.yaml", "--port", "8080"])
     assert result.exit_code == 2 and "add --ui" in " ".join(result.stderr.replace("│", " ").split())

@@ -50,7 +50,7 @@ HostOpt = Annotated[
     typer.Option(
         metavar="HOST",
         help="The address the web page listens on (with --ui); default 127.0.0.1. Any other needs a token for "
-        "the buttons: RAYFLOW_UI_TOKEN, else one is made and shown in the page's URL.",
+        "the buttons in RAYFLOW_UI_TOKEN (the page asks for it).",
     ),
 ]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -191,9 +190,10 @@ def _open_page(host: str, port: int) -> UiServer:
     """The web page, listening already (a browser opened now waits until the topology runs),
     its URL printed; if it cannot listen there, exit 1 before anything starts."""
     from .._ui import UiServer
-    from .._ui._server import is_loopback
 
-    token = os.environ.get("RAYFLOW_UI_TOKEN") or (None if is_loopback(host) else secrets.token_urlsafe(24))
+    # Another address than loopback needs RAYFLOW_UI_TOKEN (UiServer refuses without): a token
+    # made up here would have to be printed, and it is kept out of every URL and log line.
+    token = os.environ.get("RAYFLOW_UI_TOKEN") or None
     try:
         page = UiServer(host=host, port=port, token=token)
     except RayflowError as exc:
