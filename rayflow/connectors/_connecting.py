@@ -4,8 +4,8 @@ Making a connection waits for the broker (a TCP connect, TLS, the protocol's han
 against a broker that does not answer), and a spout's calls run on its task's one thread, which
 must never wait. So the connect runs on a helper thread and the spout only looks, on each call,
 whether it is done; once taken, the connection belongs to the task's thread alone. One thread
-per spout task, made at the first connect that needs it, so a spout that never loses its
-connection never starts one.
+per spout task, made at its first connect (``open`` starts that one too, so that opening a
+spout never waits for its broker) and kept for the reconnects.
 """
 
 from __future__ import annotations
