@@ -63,9 +63,9 @@ def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     client.close()
 
 
-def per_task_state(result: CompletedTopology, component: str = "count") -> list[dict[str, int]]:
+def per_task_state(result: CompletedTopology) -> list[dict[str, int]]:
     """Each count task's state after the run, by task id."""
-    return [dict(task.counts.items()) for task in result.components(component)]
+    return [dict(task.counts.items()) for task in result.components("count")]
 
 
 def assert_placed(states: list[dict[str, int]]) -> None:
@@ -75,10 +75,10 @@ def assert_placed(states: list[dict[str, int]]) -> None:
             assert owner(key_group(word, 1, M), len(states), M) == index, (word, index)
 
 
-def last_counts(result: CompletedTopology, component: str = "count") -> dict[str, int]:
+def last_counts(result: CompletedTopology) -> dict[str, int]:
     """The highest count each word was emitted with: what its task counted it up to."""
     last: dict[str, int] = {}
-    for word, n in result.emitted(component):
+    for word, n in result.emitted("count"):
         last[word] = max(n, last.get(word, 0))
     return last
 
@@ -129,16 +129,15 @@ class TestRescale:
 
     def test_exactly_once_2_then_3_then_1_tasks(self, durable: dict[str, Any]) -> None:
         """Each run resumes from the last committed cut: the spout seeks to where it stood, so
-        run k counts sentences 0..20k-1 once in all, whatever the parallelism. (The count is
-        named to sort after the spout: a spout's position is still kept under its task id,
-        which a rescale of a component sorted before it would move.)"""
+        run k counts sentences 0..20k-1 once in all, whatever the parallelism (the count's
+        name sorts before the spout's: a rescale moves the spout's task id, not its place)."""
         conf = {**durable, "processing_guarantee": "exactly_once"}
         for run, tasks in enumerate((2, 3, 1), start=1):
-            result = complete_topology(exactly_once_wordcount(20 * run, tasks), conf)
-            states = per_task_state(result, "tally")
+            result = complete_topology(eo.wordcount(20 * run, count=tasks), conf)
+            states = per_task_state(result)
             assert_placed(states)
             assert sum(map(Counter, states), Counter()) == eo.true_counts(20 * run)
-            assert last_counts(result, "tally") == eo.true_counts(20 * run)  # each word is in any 20 sentences
+            assert last_counts(result) == eo.true_counts(20 * run)  # each word is in any 20 sentences
 
     def test_the_committed_state_reads_back_whole(self, durable: dict[str, Any]) -> None:
         complete_topology(wordcount(SENTENCES, count_tasks=2), durable)
@@ -174,17 +173,6 @@ class TestRefusals:
             result = complete_topology(wordcount(SENTENCES, Total(), count_tasks=2), max_rounds=3)
         error = result.metrics()["count"]["last_error"]
         assert "state key(s) such as '__total__' belong to key groups other tasks own" in error
-
-
-def exactly_once_wordcount(total: int, tasks: int) -> Any:
-    """sentences (seekable) -> split -> tally (stateful, fields(word)), ``tasks`` tallies."""
-    from rayflow import TopologyBuilder
-
-    builder = TopologyBuilder()
-    builder.set_spout("sentences", eo.Numbered(total))
-    builder.set_bolt("split", eo.Split(), parallelism=2).shuffle_grouping("sentences")
-    builder.set_bolt("tally", eo.Count(), parallelism=tasks).fields_grouping("split", ["word"])
-    return builder.create_topology()
 
 
 def layout_of_count(max_parallelism: int) -> Any:

@@ -33,7 +33,7 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
-from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK
+from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, task_namespace
 from .._state.key_groups import (
     Layout,
     check_layout,
@@ -46,7 +46,6 @@ from .._state.key_groups import (
     owned_groups,
     read_layout,
     split_changes,
-    task_namespace,
 )
 from .._state.key_value import KeyValueState
 from .._state.provider import StateError, StateProvider, task_provider, topology_name

@@ -51,6 +51,7 @@ __all__ = [
     "CHECKPOINT_STREAM",
     "CheckpointSpout",
     "namespace",
+    "task_namespace",
 ]
 
 logger = logging.getLogger("rayflow")
@@ -77,7 +78,12 @@ def namespace(conf: dict[str, Any], component: str, index: int) -> str:
     """Where one task's state lives in a provider: the topology's name, the component, and the
     task's index among its component's tasks -- not its task id, which moves when a topology is
     submitted again with a component whose name sorts before it rescaled."""
-    return f"{topology_name(conf)}/{component}/task-{index}"
+    return task_namespace(topology_name(conf), component, index)
+
+
+def task_namespace(topology_name: str, component: str, index: int) -> str:
+    """``namespace`` by the topology's name."""
+    return f"{topology_name}/{component}/task-{index}"
 
 
 class CheckpointSpout(Spout):

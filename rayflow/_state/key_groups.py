@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from .._components import StatefulBolt
 from .._errors import StateError, TopologyError
 from .._groupings import FieldsGrouping, key_bytes, stable_hash
-from .checkpoint import CHECKPOINT_STREAM
+from .checkpoint import CHECKPOINT_STREAM, task_namespace
 from .provider import StateProvider
 
 if TYPE_CHECKING:
@@ -66,7 +66,6 @@ __all__ = [
     "owned_groups",
     "owner",
     "split_changes",
-    "task_namespace",
 ]
 
 DEFAULT_MAX_PARALLELISM = StatefulBolt.max_parallelism
@@ -144,10 +143,6 @@ def owned_groups(index: int, parallelism: int, max_parallelism: int) -> range:
 
 def group_namespace(topology_name: str, component: str, group: int) -> str:
     return f"{topology_name}/{component}/group-{group}"
-
-
-def task_namespace(topology_name: str, component: str, index: int) -> str:
-    return f"{topology_name}/{component}/task-{index}"
 
 
 def layout_namespace(topology_name: str, component: str) -> str:
