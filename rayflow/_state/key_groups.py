@@ -231,9 +231,28 @@ def legacy_namespaces(provider: StateProvider, topology_name: str, component: st
 
 
 def load_component(provider: StateProvider, topology_name: str, component: str) -> dict[Any, Any]:
-    """The committed state of every task of ``component``, merged: every key group, or every
-    task's namespace for per-task state (where a key kept by several tasks has the value of the
-    last of them in task order)."""
+    """The committed state of every task of stateful bolt ``component``, merged: what the
+    bolt's tasks would load if the topology were submitted again.
+
+    Args:
+        provider: the provider the topology keeps its state in, e.g.
+            ``SqliteStateProvider({"dir": "/data/state"}, "wordcount")``.
+        topology_name: the name the topology was submitted under.
+        component: the stateful bolt's id.
+
+    Returns:
+        Every committed key and its value: read from every key group of a fields-grouped bolt,
+        from every task's namespace of a per-task one (a key that several of its tasks keep
+        has the value of the last of them in task order), or from the namespaces under task
+        ids that rayflow wrote before key groups. Empty when nothing was committed.
+
+    Raises:
+        StateError: the store cannot be read.
+
+    Example::
+
+        counts = load_component(SqliteStateProvider({"dir": "/data/state"}, "wc"), "wc", "count")
+    """
     record = read_layout(provider, topology_name, component)
     if record is None:
         namespaces = legacy_namespaces(provider, topology_name, component)
