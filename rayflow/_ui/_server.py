@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from .._errors import ConfigError, RayflowError
 from .._topology import Topology
@@ -150,7 +149,7 @@ class _Connections(web.Server):
     def __init__(self, handler: Callable[[web.BaseRequest], Any], cap: int, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._cap = cap
-        self._open: dict[RequestHandler, asyncio.Transport] = {}  # oldest first
+        self._open: dict[web.RequestHandler, asyncio.Transport] = {}  # oldest first
         self._closed = False
 
     def close_all(self) -> None:
@@ -160,7 +159,7 @@ class _Connections(web.Server):
         for transport in self._open.values():
             transport.abort()
 
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+    def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
         if self._closed:
             transport.abort()
@@ -173,7 +172,7 @@ class _Connections(web.Server):
                 old.force_close()
             del self._open[old]
 
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+    def connection_lost(self, handler: web.RequestHandler, exc: BaseException | None = None) -> None:
         self._open.pop(handler, None)
         super().connection_lost(handler, exc)
 
