@@ -15,16 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rayflow import Config, StateError, TopologyError
-from rayflow._groupings import key_bytes, stable_hash
+from rayflow import Config, StateError, TopologyContext, TopologyError
+from rayflow._groupings import FieldsGrouping, StreamId, key_bytes, stable_hash
 from rayflow._state.key_groups import (
     DEFAULT_MAX_PARALLELISM,
     check_layout,
+    group_namespace,
     key_group,
     layout_of,
     owned_groups,
     owner,
+    split_changes,
 )
 from rayflow._state.provider import open_provider
 from rayflow._state.validation import check_state_settings
@@ -103,6 +107,38 @@ class TestKeyGroups:
         states = per_task_state(result)
         assert_placed(states)
         assert sum(map(Counter, states), Counter()) == TRUTH
+
+    @given(
+        values=st.lists(
+            st.one_of(st.text(), st.integers(), st.floats(allow_nan=False), st.tuples(st.text(), st.integers())),
+            min_size=1,
+            max_size=20,
+        ),
+        tasks=st.integers(1, 12),
+        groups=st.sampled_from([12, 13, 128]),
+        fields=st.sampled_from([1, 2]),
+    )
+    def test_the_grouping_the_key_group_and_the_checkpoints_split_agree(
+        self, values: list[Any], tasks: int, groups: int, fields: int
+    ) -> None:
+        """The grouping's and the checkpoint's inlined hashes are ``key_group``'s: the task a
+        tuple goes to owns its key's group, and its checkpoint files the key under that group."""
+        declared = ("a", "b")[:fields]
+        context = TopologyContext(
+            1, {1: "src"} | {2 + i: "count" for i in range(tasks)}, {"src": {"default": declared}}
+        )
+        grouping = FieldsGrouping(declared)
+        grouping.key_groups = groups
+        grouping.prepare(context, StreamId("src", "default"), [2 + i for i in range(tasks)])
+        for value in values:
+            row = [value] if fields == 1 else [value, value]
+            key = value if fields == 1 else (value, value)
+            index = grouping.choose_tasks(1, row)[0] - 2
+            assert owner(key_group(key, fields, groups), tasks, groups) == index
+            mine = owned_groups(index, tasks, groups)
+            namespaces = [group_namespace("t", "count", g) for g in mine]
+            staged, foreign = split_changes({key: 1}, fields, groups, mine, namespaces)
+            assert foreign == [] and staged == {group_namespace("t", "count", key_group(key, fields, groups)): {key: 1}}
 
     def test_a_bolt_with_more_tasks_than_key_groups_is_refused(self) -> None:
         class Small(StatefulCount):
