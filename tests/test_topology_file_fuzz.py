@@ -269,7 +269,7 @@ EXPECTED: dict[str, str] = {
     "values_under": "",
     "long_scalar": "t.yaml:7: a value of 204,800 characters, longer than the 65,536 allowed",
     "long_id": "streams[0].from: unknown component",
-    "placeholders_over": "its ${...} placeholders substituted, it passes the",
+    "placeholders_over": "t.yaml:5: substituting ${big} here makes the text pass the",
     "unresolved_many": "t.yaml:5 spouts[0].kwargs.words[7999]: unresolved ${nope}",
     "config_typos": "config.max_spout_pendin2999: unknown config key (did you mean 'max_spout_pending'?)",
     "many_components": "",

@@ -33,7 +33,7 @@ from .._config import Config
 from ._document import Node, parse_document
 from ._errors import Problem
 from ._models import IncludeSpec
-from ._reading import MAX_VALUES, Budget
+from ._reading import MAX_VALUES, Budget, OverBudget
 from ._substitution import substitute
 from ._validation import validate_node
 
@@ -86,6 +86,12 @@ class _Reader:
             text = self.budget.read(file)
             text, placeholders = substitute(text, self.properties, self.environ, self.budget.bytes_left())
             self.budget.charge_bytes(len(text))
+        except OverBudget as exc:
+            if exc.line:
+                self.problems.append(Problem(file, exc.line, "", str(exc)))
+            else:
+                cannot(str(exc))
+            return None
         except (OSError, ValueError) as exc:
             cannot(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
             return None

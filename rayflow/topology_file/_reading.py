@@ -48,7 +48,11 @@ MAX_SCALAR_CHARS = 64 * 1024
 
 class OverBudget(ValueError):
     """A file too large, or a load over one of its limits; the message says which (without the
-    file or line)."""
+    file), and ``line``, when not 0, where in the file the limit was passed."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 @dataclass

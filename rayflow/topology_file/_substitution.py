@@ -75,8 +75,9 @@ def substitute(
         length += len(out) - len(match.group(0))
         if limit is not None and length > limit:
             raise OverBudget(
-                f"its ${{...}} placeholders substituted, it passes the {limit:,} characters left of the"
-                f" {MAX_LOAD_BYTES // 1024} KiB of text one load may parse"
+                f"substituting ${{{name}}} here makes the text pass the {limit:,} characters left of the"
+                f" {MAX_LOAD_BYTES // 1024} KiB one load may parse",
+                text.count("\n", 0, match.start()) + 1,
             )
         return out
 
