@@ -117,6 +117,22 @@ class TestBodies:
         )
 
 
+class TestHeaders:
+    """Headers are bounded in number and length (what a request can make the parser hold)."""
+
+    @pytest.mark.parametrize(
+        "headers",
+        [[f"X-Many-{i}: 1" for i in range(40)], ["X-Long: " + "a" * 10_000]],
+        ids=["40 headers", "a 10 KB header"],
+    )
+    def test_too_many_or_too_long_headers_are_refused(self, page: UiServer, headers: list[str]) -> None:
+        with connect(page) as sock:
+            sock.sendall(request(page, "GET", "/api/topology", *headers))
+            status, _, _ = answer(sock)
+            assert status in (400, 431)
+            assert eventually(lambda: closed_by_server(sock), timeout=DEADLINE)
+
+
 class TestTimeouts:
     def test_a_connection_that_trickles_its_headers_is_closed(self, page: UiServer) -> None:
         """Slowloris: a header line every 50 ms, never the blank line that ends them."""
