@@ -2,10 +2,11 @@
 ``FakeHandle`` on 127.0.0.1, spoken to over raw sockets.
 
 A request's body is never read: a POST announcing 100 MB is answered from its headers (403
-without the token or from a foreign host, 413 with the token) and its connection closed. A
-connection that trickles its headers, or idles after an answer, is closed after ``idle_secs``;
-connections over ``max_connections`` close the oldest; idle connections cost no thread. The
-``Host`` rule holds on every address, and the token shows in no URL and no log line.
+without the token or from a foreign host, 413 with the token) and its connection closed.
+Headers are bounded in number and length. A connection that trickles its headers, or idles
+after an answer, is closed after ``idle_secs``; connections over ``max_connections`` close the
+oldest; idle connections cost no thread. The ``Host`` rule holds on every address, and the
+token shows in no URL and no log line.
 (``benchmarks/ui_bounds.py`` measures the memory and threads these bounds save.)
 """
 
