@@ -19,6 +19,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._errors import RayflowError
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_FILES",
@@ -46,9 +48,10 @@ MAX_SCALAR_CHARS = 64 * 1024
 """The longest single value: every message that quotes a value, and every did-you-mean, stays small."""
 
 
-class OverBudget(ValueError):
+class OverBudget(RayflowError, ValueError):
     """A file too large, or a load over one of its limits; the message says which (without the
-    file), and ``line``, when not 0, where in the file the limit was passed."""
+    file), and ``line``, when not 0, where in the file the limit was passed. A ``ValueError``
+    too, as a file that cannot be read as text is."""
 
     def __init__(self, message: str, line: int = 0) -> None:
         super().__init__(message)
@@ -78,7 +81,8 @@ class Budget:
         return text
 
     def charge_bytes(self, count: int) -> None:
-        """Count ``count`` bytes of text to parse (a file's text after substitution)."""
+        """Count ``count`` characters of text to parse (a file's text after substitution); the
+        limit is in bytes as read, which are as many for ASCII and never fewer."""
         if self.bytes + count > MAX_LOAD_BYTES:
             raise OverBudget(self._over_bytes())
         self.bytes += count
