@@ -57,6 +57,7 @@ class TestRabbitMQ:
         exactly_once(seen, bodies)
         no_outage(collector)
         assert spout._generation == 1  # one channel all along
+        assert collector.counts["broker_acked"] == MESSAGES  # the broker heard of each ack
         assert eventually(lambda: ready(queue) == 0, timeout=10)
 
 
@@ -83,4 +84,5 @@ class TestNats:
         exactly_once(seen, payloads)
         assert {values[1] for values, _ in collector.emitted} == {1}  # num_delivered: the first delivery each
         no_outage(collector)
+        assert collector.counts["broker_acked"] == MESSAGES  # the server was told of each ack
         assert eventually(lambda: nats_pending(jetstream, "slow") == (0, 0), timeout=10)
