@@ -2,12 +2,14 @@
 
 Per namespace, under ``key_prefix`` (default ``rayflow:state``): a hash of the committed state
 (pickled key -> pickled value), a list of staged changes and the committed txid. A stage pushes
-the namespace's changes as msgpack arrays of pickled keys and values (a deleted key staged as the
-empty string, which no pickle is), chunked, every namespace of the step in one pipelined round
-trip; a commit is one Lua script over all the step's namespaces (atomic, one round trip) that
-unpacks them and writes them with one ``HSET``/``HDEL`` per chunk; a load reads whole hashes,
-pipelined. (A hash ``...:staged``, one field per key, is what rayflow staged before; a commit
-still applies one left there.)
+each namespace's changes as msgpack arrays of pickled keys and values (msgpack raw strings, which
+the Lua side's ``cmsgpack`` reads; a deleted key staged as the empty string, which no pickle is),
+chunked, every namespace of the step in one script call; a commit is one Lua script over all the
+step's namespaces (atomic, one round trip) that unpacks them and writes each chunk with one
+``HSET`` and one ``HDEL``; a load reads whole hashes, pipelined. (A hash ``...:staged``, one field
+per key, is what rayflow staged before; a commit still applies one left there.) ``namespaces``
+scans the keyspace (``SCAN MATCH``): a task does it once, when its component has no layout
+record yet (``key_groups.py``).
 
 Survives what the Redis server survives: with persistence (AOF or RDB) configured there, the
 loss of any rayflow task or node; without it, not a restart of the Redis server."""
@@ -30,6 +32,11 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 STAGE_CHUNK = 2_000
 """Keys per staged chunk: the script writes each chunk with one ``HSET`` (two arguments a key,
 within what Lua's ``unpack`` takes) and one ``HDEL``."""
+
+STAGE = """
+for i = 1, #KEYS do redis.call('RPUSH', KEYS[i], ARGV[i]) end
+"""
+"""Every chunk of a step in one command (atomic): cheaper to send than a pipeline of ``RPUSH``."""
 
 COMMIT = """
 local function apply(committed, sets, dels)
@@ -73,6 +80,7 @@ class RedisStateProvider(StateProvider):
         self.prefix = str(config.get("key_prefix") or "rayflow:state")
         self._client: Any = None
         self._commit: Any = None
+        self._stage: Any = None
 
     def describe(self) -> str:
         return f"redis at {redact_url(self.url)}"
@@ -85,6 +93,7 @@ class RedisStateProvider(StateProvider):
                 raise StateError("state_provider 'redis' needs the redis extra: pip install 'rayflow[redis]'") from None
             self._client = redis.Redis.from_url(self.url, socket_timeout=10, socket_connect_timeout=5)
             self._commit = self._client.register_script(COMMIT)
+            self._stage = self._client.register_script(STAGE)
         return self._client
 
     def _keys(self, namespace: str) -> tuple[str, str, str, str]:
@@ -146,16 +155,9 @@ class RedisStateProvider(StateProvider):
                     flat.append(dumps(k, protocol=5))
                     flat.append(b"" if v is DELETED else dumps(v, protocol=5))
                 blobs.append((staging, packb(flat, use_bin_type=False)))
-        if not blobs:
-            return
-
-        def write(r: Any) -> None:
-            pipe = r.pipeline(transaction=True)
-            for staging, blob in blobs:
-                pipe.rpush(staging, blob)
-            pipe.execute()
-
-        self._call("staging the state", write)
+        if blobs:
+            keys, args = [staging for staging, _ in blobs], [blob for _, blob in blobs]
+            self._call("staging the state", lambda r: self._stage(keys=keys, args=args))
 
     def commit(self, namespace: str, txid: int) -> None:
         self.commit_many([namespace], txid)
