@@ -34,7 +34,7 @@ def cpu_seconds(sentences: int, guarantee: str) -> float:
     builder.set_spout("sentences", SeekableBenchSpout(sentences))
     builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
     builder.set_bolt("count", StatefulWordCount()).fields_grouping("split", ["word"])
-    run = InProcessTopology(builder.create_topology(), Config(processing_guarantee=guarantee))
+    run = InProcessTopology(builder.create_topology(), Config.of({"processing_guarantee": guarantee}))
     for executor in run.executors.values():
         executor.observer = None  # the runner's recorder of every emit: not what is measured
     started = time.process_time()
@@ -61,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         order = list(times) if round_ % 2 == 0 else list(reversed(times))
         for guarantee in order:
             times[guarantee].append(cpu_seconds(args.sentences, guarantee))
-        print(
-            f"round {round_ + 1}: "
-            + ", ".join(f"{g} {1e6 * times[g][-1] / words:.2f} us/word" for g in times)
-        )
+        print(f"round {round_ + 1}: " + ", ".join(f"{g} {1e6 * times[g][-1] / words:.2f} us/word" for g in times))
     ratios = [a / e for a, e in zip(times["at_least_once"], times["exactly_once"], strict=True)]
     print(
         f"\n{args.sentences:,} sentences ({words:,} words), {args.rounds} rounds, median CPU per word: "
