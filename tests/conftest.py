@@ -43,8 +43,13 @@ def eventually(check: Callable[[], bool], timeout: float = 20.0, interval: float
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that needs the session's Ray is marked ``ray``, so ``-m "not ray"`` selects
-    the in-process tests whichever file they are in."""
+    """Every test that needs the session's Ray is marked ``ray`` (and one that needs the shared
+    Spark ``spark`` too), so ``-m "not ray"`` selects the in-process tests whichever file they
+    are in."""
     for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "ray_cluster" in fixtures:
+            item.add_marker(pytest.mark.ray)
+        if "spark" in fixtures or "driver_spark" in fixtures:  # the shared Spark starts the session's Ray
+            item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.ray)
