@@ -548,6 +548,15 @@ class TestTaskView:
             ["sink", "3-4", "running"],
         ]
 
+    def test_without_a_terminal_the_progress_lines_name_the_tasks_not_running(self, topology_file) -> None:
+        loaded = load_topology(topology_file(BOUNDED), {"rounds": "1"})
+        c = TestMonitor.component
+        metrics = {"words": c(emitted=3, acked=3, pending=0, exhausted=True), "upper": c(), "count": c()}
+        tasks = {1: task("words"), 2: task("upper", "waiting for resources", None), 3: task("count", "restarting")}
+        _, out, _ = TestMonitor().run(loaded, metrics, tasks=tasks)
+        progress = out[: out.index("summary after")]
+        assert progress.count("  tasks: upper 2 waiting for resources · count 3 restarting\n") == 1
+
     def test_the_live_table_shows_the_tasks_within_100_columns(self, topology_file) -> None:
         loaded = load_topology(topology_file(BOUNDED), {"rounds": "1"})
         c = TestMonitor.component

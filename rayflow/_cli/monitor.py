@@ -6,7 +6,8 @@ Under the live table, where each task is: its state (running, waiting for resour
 restarting, ...), node, resources and GPU ids, from ``task_metrics()``. Tasks of a component
 alike in all of these share a row, and a column whose value is the same on every row is said
 once above the rows instead (one node, every task running), so that a run on one machine shows a
-single line and a cluster shows only what differs.
+single line and a cluster shows only what differs. Without a terminal, a progress line names
+the tasks not running whenever that changes.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .exit_codes import MEANING, ExitCode, Metrics, exit_code_of
 if TYPE_CHECKING:
     from .._runtime import TopologyHandle
 
-__all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order", "task_view"]
+__all__ = ["DRAIN_SECS", "REFRESH_SECS", "Monitor", "flow_order", "not_running", "task_view"]
 
 REFRESH_SECS = 1.0
 DRAIN_SECS = 5.0
@@ -69,6 +70,7 @@ class Monitor:
         self.duration = duration
         self.live = console.out.is_terminal
         self.shown_errors: dict[str, tuple[int, str]] = {}
+        self.shown_tasks = ""
 
     def run(self) -> ExitCode:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -106,6 +108,10 @@ class Monitor:
                     out.print(self._line(metrics, now - started), markup=False, soft_wrap=True)
                     for line in self._new_errors(metrics):
                         out.print(line, style="red", markup=False, soft_wrap=True)
+                    unplaced = not_running(self.handle.task_metrics(), self.spouts + self.bolts)
+                    if unplaced != self.shown_tasks:
+                        out.print(f"  tasks: {unplaced or 'all running'}", markup=False, soft_wrap=True)
+                        self.shown_tasks = unplaced
                 if self._finished(metrics):
                     return "every spout is exhausted and nothing is pending"
                 if self.handle.killed:
@@ -281,6 +287,21 @@ def task_view(tasks: dict[int, dict[str, Any]], components: list[str]) -> Render
         ]
         table.add_row(Text(label), Text(ids_text), *shown)
     return Group(line, table)
+
+
+def not_running(tasks: dict[int, dict[str, Any]], components: list[str]) -> str:
+    """The tasks of ``tasks`` (``task_metrics()``) that are not running, by component and state
+    (``upper 2-3 waiting for resources · sink 7 restarting``), or ``""``: what the progress
+    lines say of the tasks, without a terminal for the task view."""
+    rank = {cid: i for i, cid in enumerate(components)}
+    groups: dict[tuple[str, str], list[int]] = {}
+    for task, m in sorted(tasks.items()):
+        if m.get("state", "running") != "running":
+            groups.setdefault((str(m.get("component", "?")), str(m["state"])), []).append(task)
+    ordered = sorted(groups.items(), key=lambda group: (rank.get(group[0][0], len(rank)), group[1][0]))
+    return " · ".join(
+        f"{'acker' if cid == ACKER_COMPONENT else cid} {_ids(ids)} {state}" for (cid, state), ids in ordered
+    )
 
 
 def _node(m: dict[str, Any]) -> str:
