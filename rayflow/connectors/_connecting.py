@@ -29,7 +29,7 @@ class Connecting(Generic[C]):
     def __init__(
         self,
         connect: Callable[[], C],
-        close_connection: Callable[[C], None],
+        close_connection: Callable[[C], object],
         thread_name: str,
         due: Callable[[], bool] = lambda: True,
     ) -> None:

@@ -253,6 +253,10 @@ class RabbitMQSpout(Spout):
         comes back from the broker."""
         collector.count("dead_lettered", 0)
         collector.count("broker_acked", 0)
+        self._acks_to_confirm: deque[tuple[int, int]] = deque()
+        """(sync, messages) of the acks written on the live channel: counted as ``broker_acked``
+        once the broker's reply to that sync says it handled them (``_receive``), or at a close
+        the broker confirmed; forgotten with a lost channel (they may not have arrived)."""
         self._flushed_at = time.monotonic()
         self._active = True
         self.stale_acks = 0
@@ -319,8 +323,17 @@ class RabbitMQSpout(Spout):
         self._held.clear()
         self._replays.clear()
         self.stale_acks += self._acks.clear()
-        if connection is not None:
-            connection.close()
+        if connection is not None and connection.close():  # close-ok: every ack written was handled
+            self._count_acks()
+        self._acks_to_confirm.clear()
+
+    def _count_acks(self, synced: float = float("inf")) -> None:
+        """Count as ``broker_acked`` the acks the broker said it handled: those written before
+        sync ``synced``."""
+        confirmed = 0
+        while self._acks_to_confirm and self._acks_to_confirm[0][0] <= synced:
+            confirmed += self._acks_to_confirm.popleft()[1]
+        self._collector.count("broker_acked", confirmed)
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
@@ -365,6 +378,8 @@ class RabbitMQSpout(Spout):
         except _BROKEN as exc:
             self._lost(exc)
             return
+        if self._acks_to_confirm and self._acks_to_confirm[0][0] <= connection.synced:
+            self._count_acks(connection.synced)
         if self._confirming:
             self._confirmed(connection.synced)
         if not deliveries:
@@ -458,7 +473,8 @@ class RabbitMQSpout(Spout):
         acks = self._acks.acks(everything)
         for tag, multiple in acks:
             connection.ack(tag, multiple=multiple)
-        self._collector.count("broker_acked", waiting - self._acks.waiting)
+        if acks:
+            self._acks_to_confirm.append((connection.sync(), waiting - self._acks.waiting))
         if self._unwritten:
             self._written(connection, acks)
 

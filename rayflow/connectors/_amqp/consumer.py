@@ -199,11 +199,12 @@ class QueueConsumer:
         except (struct.error, IndexError, ValueError) as exc:
             raise self._lost(f"a malformed frame from RabbitMQ: {exc!r}") from exc
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Write what waits, then ``connection.close``; wait for the broker's ``close-ok`` (at
-        most ``socket_timeout``) and close the socket. Never raises."""
+        most ``socket_timeout``) and close the socket. Never raises; says whether the
+        ``close-ok`` came (the broker then handled every frame written before)."""
         if self._closed:
-            return
+            return False
         self._closed = True
         sock = self._sock
         try:
@@ -215,10 +216,11 @@ class QueueConsumer:
             while not isinstance(reader.method(CHANNEL_ANY), pika.spec.Connection.CloseOk):
                 pass
         except (OSError, AmqpError, struct.error, IndexError, ValueError):
-            pass  # closing anyway: the broker requeues what it holds unacked
+            return False  # closing anyway: the broker requeues what it holds unacked
         finally:
             with contextlib.suppress(OSError):
                 sock.close()
+        return True
 
     # -- the wire -----------------------------------------------------------------------------
     def _send(self, frame: bytes) -> None:
