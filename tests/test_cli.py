@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib.metadata import entry_points, version
 from pathlib import Path
 from textwrap import dedent
@@ -485,7 +486,7 @@ def task(component: str, state: str = "running", node: str | None = "10.0.0.1", 
 
 
 INFERENCE = ["events", "features", "embed-with-a-long-name", "sink"]
-GPU_TASK = {"resources": {"CPU": 1.0, "GPU": 1.0, "memory": 8 * 2**30, "reader": 1.0}}
+GPU_TASK: dict[str, Any] = {"resources": {"CPU": 1.0, "GPU": 1.0, "memory": 8 * 2**30, "reader": 1.0}}
 CLUSTER_TASKS = {
     1: task("events"),
     2: task("features", node="10.0.0.2"),
@@ -548,7 +549,9 @@ class TestTaskView:
             ["sink", "3-4", "running"],
         ]
 
-    def test_without_a_terminal_the_progress_lines_name_the_tasks_not_running(self, topology_file) -> None:
+    def test_without_a_terminal_the_progress_lines_name_the_tasks_not_running(
+        self, topology_file: Callable[[str], Path]
+    ) -> None:
         loaded = load_topology(topology_file(BOUNDED), {"rounds": "1"})
         c = TestMonitor.component
         metrics = {"words": c(emitted=3, acked=3, pending=0, exhausted=True), "upper": c(), "count": c()}
@@ -557,7 +560,7 @@ class TestTaskView:
         progress = out[: out.index("summary after")]
         assert progress.count("  tasks: upper 2 waiting for resources · count 3 restarting\n") == 1
 
-    def test_the_live_table_shows_the_tasks_within_100_columns(self, topology_file) -> None:
+    def test_the_live_table_shows_the_tasks_within_100_columns(self, topology_file: Callable[[str], Path]) -> None:
         loaded = load_topology(topology_file(BOUNDED), {"rounds": "1"})
         c = TestMonitor.component
         metrics = {"words": c(emitted=3, acked=3, pending=0, exhausted=True), "upper": c(), "count": c()}
