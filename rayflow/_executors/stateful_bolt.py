@@ -109,6 +109,7 @@ class StatefulBoltAdapter(BoltKind):
         """Where this task's state lives: one namespace per owned key group, or its task's."""
         self.recorded: dict[str, int] | None = None
         """The component's layout record as last read or committed (``None``: none yet)."""
+        self._layout_ns = ""
         self.checkpoints = 0
         self.rollbacks = 0
         self.exactly_once = False
