@@ -8,6 +8,10 @@ least once and exactly once."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -107,6 +111,30 @@ class TestKeyGroups:
         states = per_task_state(result)
         assert_placed(states)
         assert sum(map(Counter, states), Counter()) == TRUTH
+
+    def test_key_groups_are_the_same_in_every_process(self) -> None:
+        """Processes with different PYTHONHASHSEED put every key in the same group as this one."""
+        keys: list[Any] = ["moon", "wörld", "", 7, -3, 2.5, None, ["a", 1]]
+        script = (
+            "import json, sys\n"
+            "from rayflow._state.key_groups import key_group\n"
+            "keys = [tuple(k) if type(k) is list else k for k in json.loads(sys.argv[1])]\n"
+            "print(json.dumps([hash('moon'), [key_group(k, 1, 128) for k in keys]]))\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, json.dumps(keys)],
+                env=env | {"PYTHONHASHSEED": seed},
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for seed in ("1", "2")
+        ]
+        (salt_1, groups_1), (salt_2, groups_2) = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+        assert salt_1 != salt_2, "the seeds should salt str hashes differently"
+        here = [key_group(k if type(k) is not list else tuple(k), 1, M) for k in keys]
+        assert groups_1 == groups_2 == here
 
     @given(
         values=st.lists(
