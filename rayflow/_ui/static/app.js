@@ -46,6 +46,7 @@ function cell(row, text, { field, value, cls } = {}) {
   if (field) td.dataset.field = field;
   if (value !== undefined && value !== null) td.dataset.value = value;
   if (cls) td.className = cls;
+  if (cls === "error" && text) td.title = text; // one line in the table; the whole of it on hover
   return td;
 }
 
