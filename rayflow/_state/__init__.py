@@ -4,9 +4,12 @@ How the pieces fit, bottom up:
 
     key_value.py     ``KeyValueState``: what a bolt reads and writes, with the changes since the
                      last checkpoint kept apart so that a checkpoint writes only those
-    provider.py      ``StateProvider``: where committed state lives (stage, commit, roll back),
-                     and ``open_provider`` naming the built-in ones; memory.py, sqlite.py,
-                     redis.py implement it
+    provider.py      ``StateProvider``: where committed state lives (stage, commit, roll back,
+                     each also over many namespaces in one call), and ``open_provider`` naming
+                     the built-in ones; memory.py, sqlite.py, redis.py implement it
+    key_groups.py    how a stateful bolt's keys are spread over its tasks (Flink's key groups,
+                     on the fields grouping's hash) so that its parallelism can change; the
+                     layout record that refuses what cannot move; ``load_component``
     checkpoint.py    the checkpoint protocol: the ``__checkpoint`` spout and stream, the actions,
                      the spout's transaction state machine, the wiring ``create_topology`` adds
     alignment.py     a bolt waits for a checkpoint tuple from every upstream task before acting
