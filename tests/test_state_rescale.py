@@ -26,6 +26,7 @@ from rayflow import Config, StateError, TopologyContext, TopologyError
 from rayflow._groupings import FieldsGrouping, StreamId, key_bytes, stable_hash
 from rayflow._state.key_groups import (
     DEFAULT_MAX_PARALLELISM,
+    Layout,
     check_layout,
     group_namespace,
     key_group,
@@ -225,7 +226,14 @@ class TestRefusals:
     def test_a_changed_max_parallelism_is_refused(self) -> None:
         recorded = {"fields": 1, "parallelism": 2, "max_parallelism": 128}
         with pytest.raises(StateError, match=r"kept in 128 key groups, and max_parallelism is now 64"):
-            check_layout(recorded, layout_of_count(64), "count", "here")
+            check_layout(recorded, Layout(1, 2, 64), "count", "here")
+
+    def test_a_changed_number_of_grouping_fields_is_refused(self) -> None:
+        recorded = {"fields": 1, "parallelism": 2, "max_parallelism": 128}
+        with pytest.raises(
+            StateError, match=r"keyed by the values of 1 field\(s\), and the bolt is now fields-grouped on 2"
+        ):
+            check_layout(recorded, Layout(2, 2, 128), "count", "here")
 
     def test_a_foreign_key_fails_the_checkpoint_naming_it(self) -> None:
         class Total(StatefulCount):
@@ -237,12 +245,6 @@ class TestRefusals:
             result = complete_topology(wordcount(SENTENCES, Total(), count_tasks=2), max_rounds=3)
         error = result.metrics()["count"]["last_error"]
         assert "state key(s) such as '__total__' belong to key groups other tasks own" in error
-
-
-def layout_of_count(max_parallelism: int) -> Any:
-    from rayflow._state.key_groups import Layout
-
-    return Layout(1, 2, max_parallelism)
 
 
 def shuffled(tasks: int, splits: int = 1) -> Any:

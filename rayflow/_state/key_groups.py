@@ -198,6 +198,12 @@ def check_layout(recorded: dict[str, int] | None, layout: Layout, component: str
             f"stateful bolt {component!r}: its state in {where} is {kinds[before.keyed]}, and the bolt is now "
             f"{kinds[layout.keyed]}: give it back its inputs' groupings, {fresh}"
         )
+    if layout.keyed and before.fields != layout.fields:
+        raise StateError(
+            f"stateful bolt {component!r}: its state in {where} is keyed by the values of {before.fields} field(s), "
+            f"and the bolt is now fields-grouped on {layout.fields}: its keys would not match; group it on "
+            f"{before.fields} field(s) again, {fresh}"
+        )
     if layout.keyed and before.max_parallelism != layout.max_parallelism:
         raise StateError(
             f"stateful bolt {component!r}: its state in {where} is kept in {before.max_parallelism} key groups, "
