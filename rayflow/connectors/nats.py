@@ -298,8 +298,11 @@ class NatsJetStreamSpout(Spout):
         collector.count("dead_lettered", 0)
         collector.count("broker_acked", 0)
         self._unwritten_acks = 0
-        """Messages acked (``ack``, or recognised) whose ``+ACK`` is not written yet: counted as
-        ``broker_acked`` once it is (an ack written again on a new connection is not)."""
+        """Messages acked (``ack``, or recognised) whose ``+ACK`` is not written yet."""
+        self._acks_to_confirm: deque[tuple[int, int]] = deque()
+        """(probe, messages) of the ``+ACK``s written: counted as ``broker_acked`` once that
+        probe's ``PONG`` says the server read them; forgotten with a lost connection (they may
+        not have arrived: JetStream delivers those messages again after ``ack_wait``)."""
         self._outage = Outage(
             f"NatsJetStreamSpout {self.stream!r} consumer {self.durable!r} task {context.this_task_id} "
             f"({redact_url(self.url)})",
@@ -364,10 +367,13 @@ class NatsJetStreamSpout(Spout):
             except TimeoutError:
                 logger.debug("%s: the last pull request did not end before close", self._outage.where)
         out, self._out = self._out, []
-        conn.send(f"UNSUB {PULL_SID}\r\n".encode() + "".join(out).encode() + b"PING\r\n")
-        self._collector.count("broker_acked", self._unwritten_acks)
-        self._unwritten_acks = 0
-        conn.wait_for(lambda frame: frame == PONG, max(0.0, deadline - time.monotonic()))
+        conn.send(f"UNSUB {PULL_SID}\r\n".encode() + "".join(out).encode())
+        last = conn.probe()
+        if self._unwritten_acks:
+            self._acks_to_confirm.append((last, self._unwritten_acks))
+            self._unwritten_acks = 0
+        conn.wait_for(lambda frame: frame == PONG and conn.pongs >= last, max(0.0, deadline - time.monotonic()))
+        self._count_acks(conn.pongs)
 
     # -- emitting -----------------------------------------------------------------------------
     def next_tuple(self) -> None:
@@ -449,8 +455,18 @@ class NatsJetStreamSpout(Spout):
         except _BROKEN as exc:
             self._broken(exc)
             return
+        if self._acks_to_confirm:
+            self._count_acks(conn.pongs)
         if self._confirming:
             self._confirmed(conn.pongs)
+
+    def _count_acks(self, pongs: int) -> None:
+        """Count as ``broker_acked`` the acks the server has read: those written before probe
+        ``pongs``."""
+        confirmed = 0
+        while self._acks_to_confirm and self._acks_to_confirm[0][0] <= pongs:
+            confirmed += self._acks_to_confirm.popleft()[1]
+        self._collector.count("broker_acked", confirmed)
 
     def _status(self, msg: Message, now: float) -> None:
         code, description = status(msg.headers)
@@ -559,12 +575,14 @@ class NatsJetStreamSpout(Spout):
         out, self._out = self._out, []
         try:
             conn.send("".join(out).encode())
-            if self._unwritten_acks:
-                self._collector.count("broker_acked", self._unwritten_acks)
-                self._unwritten_acks = 0
-            if self._to_confirm:
-                self._confirming.append((conn.probe(), self._to_confirm))
-                self._to_confirm = []
+            if self._unwritten_acks or self._to_confirm:
+                probe = conn.probe()  # its PONG: the server has read everything before it
+                if self._unwritten_acks:
+                    self._acks_to_confirm.append((probe, self._unwritten_acks))
+                    self._unwritten_acks = 0
+                if self._to_confirm:
+                    self._confirming.append((probe, self._to_confirm))
+                    self._to_confirm = []
         except _BROKEN as exc:
             self._out = out + self._out  # written again on the next connection: acks are idempotent
             self._broken(exc)
@@ -709,6 +727,7 @@ class NatsJetStreamSpout(Spout):
             self._conn.close()
             self._conn = None
         self._requested = 0
+        self._acks_to_confirm.clear()  # read by the server or not: never confirmed
         if self._exactly_once:  # what the lost socket had taken may be lost: acked again on the next
             self._confirming.clear()
             self._to_confirm = list(self._unconfirmed)

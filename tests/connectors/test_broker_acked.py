@@ -1,7 +1,7 @@
 """A broker spout's ``broker_acked`` counter says what its broker was told, against the real
 brokers on 127.0.0.1: a tree's ack counts once the broker confirmed it handled the message's
-ack (RabbitMQ: its reply to a sync written after the acks, or its close-ok), once the spout
-wrote the ack (NATS), or once the broker answered that it took the entry off its pending list
+ack (RabbitMQ: its reply to a sync written after the acks, or its close-ok; NATS: the PONG to
+a PING written after them), or once the broker answered that it took the entry off its pending list
 (Redis). The executor's ``acked`` counts trees: when an ack is lost with a connection, or the
 broker had the message settled already, the two differ, and ``broker_acked`` is the one the
 queue agrees with."""
@@ -58,8 +58,8 @@ class TestRabbitMQ:
 
 class TestNats:
     def test_acks_count_once_written_and_not_again_on_a_new_connection(self, jetstream: str) -> None:
-        """Acks made while the connection is down wait for the next one: counted once they are
-        written there, and the consumer then holds none of the messages."""
+        """Acks made while the connection is down wait for the next one: counted once the
+        server confirms it read them there, and the consumer then holds none of the messages."""
         nats_publish(f"{jetstream}.a", "a", "b", "c")
         proxy = Proxy(4222)
         try:
