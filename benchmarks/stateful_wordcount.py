@@ -188,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default=BASELINE, help="the git revision whose providers to compare with")
     parser.add_argument("--config", default="{}", help="settings for every run, as JSON (default: none)")
     args = parser.parse_args(argv)
-    state_dir = tempfile.mkdtemp(prefix="rayflow-bench-state-")
+    with tempfile.TemporaryDirectory(prefix="rayflow-bench-state-") as state_dir:  # tens of MB of SQLite files
+        return measure(args, state_dir)
 
+
+def measure(args: argparse.Namespace, state_dir: str) -> int:
     print(f"checkpoint cost (N changed keys: today over {DEFAULT_MAX_PARALLELISM} key groups | {args.baseline}):")
     for name in args.providers:
         settings = provider_settings(name, state_dir)["state_provider_config"]
