@@ -37,10 +37,10 @@ def check_state_settings(topology: Topology, conf: Config, *, reach: bool) -> No
     provider = open_provider(conf.state_provider, conf.state_provider_config, name)
     if reach:
         try:
-            provider.ping()
-        except StateError as exc:
-            raise StateError(f"state_provider {conf.state_provider!r}: {exc}") from None
-        try:
+            try:
+                provider.ping()
+            except StateError as exc:
+                raise StateError(f"state_provider {conf.state_provider!r}: {exc}") from None
             for spec in topology.bolts:
                 if isinstance(spec.component, StatefulBolt):
                     recorded = read_layout(provider, name, spec.id)
