@@ -147,6 +147,30 @@ class TestResumeAfterAWholeRestart:
         assert sorted(second.acked("sentences")) == list(range(committed_before, 30))
         assert counts_of(second.components("count")) == true_counts(30)
 
+    def test_it_resumes_from_a_cut_stored_under_task_ids(self, tmp_path: Path) -> None:
+        """A topology committed by rayflow before state was kept by index (under each task's
+        id: the checkpoint spout's transaction, the spout's position, the count's words, here
+        sentences 0-9 at transaction 4) resumes from that cut on this version."""
+        from rayflow._state.provider import open_provider
+
+        conf = durable(tmp_path, max_spout_pending=5).merged({"topology.name": "old"})
+        layout = InProcessTopology(wordcount(30), conf, active=False).layout
+        ids = {c: sorted(t for t, comp in layout.items() if comp == c) for c in set(layout.values())}
+        provider = open_provider("sqlite", {"dir": str(tmp_path)}, "old")
+        committed = {
+            f"old/__checkpoint/{ids['__checkpoint'][0]}": {"transaction": (4, "committed")},
+            f"old/sentences/{ids['sentences'][0]}": {"position": 10},
+            f"old/count/{ids['count'][0]}": dict(true_counts(10)),  # the old layout: one task held them all
+        }
+        for ns, data in committed.items():
+            provider.stage(ns, 4, data)
+            provider.commit(ns, 4)
+        provider.close()
+        run = InProcessTopology(wordcount(30), conf)
+        run_to_the_end(run)
+        assert sorted(run.acked("sentences")) == list(range(10, 30))
+        assert counts_of(run.components("count")) == true_counts(30)
+
     def test_it_resumes_exactly_with_the_count_on_more_tasks(self, tmp_path: Path) -> None:
         """Started again with the count on 3 tasks instead of 2: the task ids after it move
         (the spout's among them), yet the spout resumes at its own committed position and

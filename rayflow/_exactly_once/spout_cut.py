@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from .._components import Spout
-from .._state.checkpoint import namespace
+from .._state.checkpoint import legacy_namespaces, namespace
 from .._state.provider import StateProvider, task_provider
 
 __all__ = ["SpoutCut"]
@@ -47,6 +47,7 @@ class SpoutCut:
         self.namespace = namespace(conf, component, index)
         self._peers = [namespace(conf, component, peer) for peer in range(tasks) if peer != index]
         """The other tasks of the spout, for ``seek_peers``."""
+        self._component, self._index, self._tasks = component, index, tasks
         self._provider: StateProvider | None = None
         self.initialized = False
         """Has the task sought to the committed position? Until then it must not emit."""
@@ -107,6 +108,8 @@ class SpoutCut:
         provider = self.provider
         provider.rollback(self.namespace)  # what an unfinished checkpoint staged is void
         data, txid = provider.load(self.namespace)
+        if _POSITION not in data:
+            data, txid = self._carried_over(provider)
         if _POSITION in data:
             self._spout.seek(data[_POSITION])  # type: ignore[attr-defined]
             logger.info("spout task %s: at the position of checkpoint %d", self.namespace, txid)
@@ -119,6 +122,26 @@ class SpoutCut:
             found = [provider.load(peer)[0] for peer in self._peers]
             seek_peers([data[_POSITION] for data in found if _POSITION in data])
         self.initialized = True
+
+    def _carried_over(self, provider: StateProvider) -> tuple[dict[Any, Any], int]:
+        """The position a topology committed under this task's id before positions were kept
+        by index (``legacy_namespaces``): found by the task's rank among the old ids when the
+        spout has as many tasks as then; the next commit stores it under ``namespace``."""
+        legacy = legacy_namespaces(provider, self._conf, self._component)
+        if len(legacy) != self._tasks:
+            if legacy:
+                logger.warning(
+                    "spout %r: positions committed by %d task(s) under the old layout, and it now has %d: "
+                    "they cannot be told apart, so this task starts where its open() put it",
+                    self._component,
+                    len(legacy),
+                    self._tasks,
+                )
+            return {}, 0
+        data, txid = provider.load(legacy[self._index])
+        if _POSITION in data:
+            logger.info("spout task %s: position carried over from %s", self.namespace, legacy[self._index])
+        return data, txid
 
     def close(self) -> None:
         if self._provider is not None:

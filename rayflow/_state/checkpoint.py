@@ -86,6 +86,16 @@ def task_namespace(topology_name: str, component: str, index: int) -> str:
     return f"{topology_name}/{component}/task-{index}"
 
 
+def legacy_namespaces(provider: StateProvider, conf: dict[str, Any], component: str) -> list[str]:
+    """Where rayflow kept a component's per-task state before it kept it by index (before
+    2026-11-27): ``topology/component/<task id>``, in task id order, which is the tasks' order
+    among the component's as long as the component's own parallelism is the same. For carrying
+    what a topology committed then into the namespaces of ``namespace``."""
+    prefix = f"{topology_name(conf)}/{component}/"
+    found = [(int(ns[len(prefix) :]), ns) for ns in provider.namespaces(prefix) if ns[len(prefix) :].isdigit()]
+    return [ns for _, ns in sorted(found)]
+
+
 class CheckpointSpout(Spout):
     """The ``__checkpoint`` spout (one task). Its executor calls ``tick`` every checkpoint
     interval and ``request`` when a spout asks for an early checkpoint; everything else is the
@@ -98,6 +108,7 @@ class CheckpointSpout(Spout):
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         self.collector = collector
         self.namespace = namespace(conf, context.this_component_id, 0)  # the topology's one checkpoint spout
+        self.conf = conf
         self.provider: StateProvider = task_provider(conf)
         self.txid, self.phase = 0, COMMITTED
         self.loaded = False
@@ -126,9 +137,22 @@ class CheckpointSpout(Spout):
         except StateError as exc:
             self._trouble(f"cannot read the checkpoint state, will retry every interval: {exc}")
             return
+        if _TX_KEY not in data:
+            data = self._carried_over()
         self.txid, self.phase = data.get(_TX_KEY, (0, COMMITTED))
         self.loaded = True
         logger.info("checkpoint spout: transaction %d %s, recovering", self.txid, self.phase)
+
+    def _carried_over(self) -> dict[Any, Any]:
+        """The transaction a topology stored under the checkpoint spout's task id, before it was
+        kept by index (``legacy_namespaces``); the next store moves it to ``self.namespace``."""
+        legacy = legacy_namespaces(self.provider, self.conf, CHECKPOINT_COMPONENT)
+        if len(legacy) != 1:
+            return {}
+        data, _ = self.provider.load(legacy[0])
+        if _TX_KEY in data:
+            logger.info("checkpoint spout: transaction carried over from %s", legacy[0])
+        return data
 
     def _trouble(self, message: str) -> None:
         logger.warning("checkpoint spout: %s", message)
