@@ -2,14 +2,14 @@
 the broker is told a message is done only when its tuple tree completes.
 
     rabbitmq        RabbitMQSpout       (extra ``rabbitmq``: pika)
-    redis           RedisStreamSpout    (extra ``redis``: redis-py)
+    redis           RedisStreamSpout    (extra ``redis``: redis-py, hiredis)
     nats            NatsJetStreamSpout  (extra ``nats``: nothing more, it speaks NATS itself)
 
 Each protocol in a room of its own, below its spout:
 
     _amqp/          AMQP 0-9-1: errors, codec (pika's), handshake, the consumer, the ack watermark
     _nats/          NATS: the wire format, one connection
-    _resp           Redis's replies read off the socket (RESP2 and RESP3)
+    _resp           Redis's replies read off the socket, parsed by hiredis (RESP2 and RESP3)
 
 Shared by the spouts, below the protocols:
 

@@ -27,8 +27,9 @@ the task never waits on. A read (and the acks waiting, ahead of it) is *sent* wh
 still holds entries to emit, and its reply is taken only once all of it arrived, so Redis
 prepares the next entries while the task emits the last ones; an ``XACK`` is sent and its reply
 collected later the same way. The replies are read from the socket without waiting and parsed
-by ``_resp.Replies``, at a fraction of what redis-py's parser costs per element (over TLS,
-redis-py's ``can_read`` and ``read_response`` do it). Only the rare calls (a dead letter, the
+by ``_resp.Replies`` (``hiredis.Reader`` fed from this socket: redis-py's own pure-Python
+parser costs several method calls per element; over TLS, redis-py's ``can_read`` and
+``read_response`` do it). Only the rare calls (a dead letter, the
 ``XAUTOCLAIM`` scan, creating the group) wait for their answer, bounded by
 ``SOCKET_TIMEOUT_SECS``. When the connection breaks, what its unanswered ``XACK``s carried is
 sent again (``XACK`` is idempotent), failed entries whose claim went unanswered are emitted
