@@ -12,7 +12,6 @@ from .._topology import ACKER_COMPONENT, Topology
 from .base import Executor, Link, Observer, Timer
 from .bolt import BoltExecutor
 from .checkpoint_spout import CheckpointSpoutExecutor
-from .kinds import bolt_kind
 from .spout import SpoutExecutor
 
 __all__ = [
@@ -42,5 +41,9 @@ def make_executor(topology: Topology, conf: Config, context: TopologyContext, li
     elif topology.components[component].is_spout:
         cls = SpoutExecutor
     else:
+        # Imported here for the same reason: the table names the stateful kind, which lives in
+        # ``_state`` and builds on ``.bolt_kind`` (``import rayflow._state.bolt_kind`` first).
+        from .kinds import bolt_kind
+
         return BoltExecutor(topology, conf, context, link, bolt_kind(topology.components[component].component))
     return cls(topology, conf, context, link)

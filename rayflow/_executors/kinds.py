@@ -2,7 +2,12 @@
 
 The first row whose component class matches wins, so a more specific class comes first (a
 windowed bolt is checked before anything it might also be). A component that matches no row is
-a plain ``Bolt`` and runs as it is."""
+a plain ``Bolt`` and runs as it is.
+
+A kind lives with its concept where it has one (the stateful kind in ``_state/``) and builds on
+``bolt_kind.py``, so it imports this package first: ``make_executor`` imports this table when it
+builds a task, not at the top of the package, or importing such a kind first would come back to
+it half-made."""
 
 from __future__ import annotations
 
@@ -10,11 +15,11 @@ from typing import Any
 
 from .._components import BasicBolt, BatchBolt, StatefulBolt
 from .._sinks import TwoPhaseCommitSink
+from .._state.bolt_kind import StatefulBoltAdapter
 from .._windows.bolt import WindowedBolt
 from .basic_bolt import BasicBoltAdapter
 from .batch_bolt import BatchBoltAdapter
 from .bolt_kind import KindFactory
-from .stateful_bolt import StatefulBoltAdapter
 from .two_phase_commit import TwoPhaseCommitAdapter
 from .windowed_bolt import WindowedBoltAdapter
 

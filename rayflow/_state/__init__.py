@@ -13,7 +13,14 @@ How the pieces fit, bottom up:
                      on the fields grouping's hash) so that its parallelism can change; the
                      layout record that refuses what cannot move; ``load_component``
     alignment.py     a bolt waits for a checkpoint tuple from every upstream task before acting
+    bolt_kind.py     ``StatefulBoltAdapter``: the bolt kind that runs a ``StatefulBolt`` in a
+                     ``BoltExecutor`` (plugged in through ``_executors/bolt_kind.py`` and the
+                     table in ``_executors/kinds.py``): its state, its held acks, the actions
+    validation.py    what is checked of a stateful topology before it runs (``_run_checks``
+                     calls ``check_state_settings``)
 
-The bolt side (the stateful bolt's adapter, its collector that defers acks) lives with the
-executors, in ``_executors/stateful_bolt.py``.
+The public face is ``rayflow.state`` (the providers, ``load_component``) and ``rayflow``
+(``StatefulBolt``, ``KeyValueState``, ``StateError``). This ``__init__`` imports none of its
+modules: ``bolt_kind.py`` builds on ``rayflow._executors``, which imports ``checkpoint.py`` and
+``alignment.py`` from here, so importing it with the package would go round in a circle.
 """

@@ -1,6 +1,7 @@
-"""``StatefulBoltAdapter``: a ``StatefulBolt`` seen as a ``Bolt``, as Storm's ``StatefulBoltExecutor``.
+"""``StatefulBoltAdapter``: the bolt kind (``_executors/bolt_kind.py``) that runs a
+``StatefulBolt`` in a ``BoltExecutor``, as Storm's ``StatefulBoltExecutor``.
 
-It owns what the checkpoint protocol asks of one stateful task (``_state/checkpoint.py``):
+It owns what the checkpoint protocol asks of one stateful task (``checkpoint.py``):
 
 - the state, loaded from the provider at INITSTATE; until then inputs are held, not executed
   (a restarted task must not count into an empty state);
@@ -9,9 +10,10 @@ It owns what the checkpoint protocol asks of one stateful task (``_state/checkpo
   before it. A COMMIT acks ``prepared``; a ROLLBACK fails both, so their spouts replay them;
 - the checkpoint actions: stage the changes (PREPARE), commit (COMMIT), drop and reload
   (ROLLBACK). An action that cannot be done raises, and the executor fails the checkpoint;
-- where the state lives (``_state/key_groups.py``): a fields-grouped bolt's task keeps its keys
+- where the state lives (``key_groups.py``): a fields-grouped bolt's task keeps its keys
   in the key groups it owns, one namespace each, and does every step over all of them in one
-  provider call; any other stateful bolt keeps its state per task id.
+  provider call; any other stateful bolt keeps its state per task (its place among the bolt's
+  tasks).
 
 Exactly-once (``rayflow/_exactly_once``) needs no held acks: a PREPARE is aligned with every
 input held back, so the staged state is a consistent cut whatever the acker says, and a
@@ -21,6 +23,12 @@ causes, dropping what it held: those inputs came before the rollback's cut.
 
 The executor calls ``execute`` of this object for every data tuple; once initialized that is
 the user's own ``execute`` (an instance attribute set at INITSTATE: no call in between).
+
+``_executors/kinds.py`` names this kind for ``StatefulBolt``; the executor imports it through
+that table only when it builds a task (``make_executor``), because importing this module runs
+``rayflow._executors``'s ``__init__`` first (for ``BoltKind``), and a table imported there at the
+top would import this module back before it is done. ``BoltExecutor`` is imported under
+``TYPE_CHECKING``: the executor builds its kind, the kind only calls back into it.
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer, StatefulBolt
 from .._context import TopologyContext
 from .._errors import EmitError
-from .._state.checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, task_namespace
-from .._state.key_groups import (
+from .._executors.bolt_kind import BoltKind, CheckpointDeferred
+from .._tuple import Tuple
+from .checkpoint import COMMIT, INITSTATE, PREPARE, ROLLBACK, task_namespace
+from .key_groups import (
     Layout,
     check_layout,
     group_namespace,
@@ -47,13 +57,11 @@ from .._state.key_groups import (
     read_layout,
     split_changes,
 )
-from .._state.key_value import KeyValueState
-from .._state.provider import StateError, StateProvider, task_provider, topology_name
-from .._tuple import Tuple
-from .bolt_kind import BoltKind, CheckpointDeferred
+from .key_value import KeyValueState
+from .provider import StateError, StateProvider, task_provider, topology_name
 
 if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
-    from .bolt import BoltExecutor
+    from .._executors.bolt import BoltExecutor
 
 __all__ = ["NotInitialized", "StatefulBoltAdapter", "StatefulCollector"]
 
@@ -238,7 +246,7 @@ class StatefulBoltAdapter(BoltKind):
     def _by_namespace(self, changes: dict[Any, Any]) -> dict[str, dict[Any, Any]]:
         """``changes`` split by the namespace each key lives in, with the layout record while
         the component has none (or an older one). Raises ``StateError`` for a key this task
-        does not own (the module doc of ``_state/key_groups.py``)."""
+        does not own (the module doc of ``key_groups.py``)."""
         layout = self.layout
         if layout.keyed:
             staged, foreign = split_changes(
