@@ -260,7 +260,7 @@ class TestWhoMayListen:
             address = ("127.0.0.1", server.sockets[0].getsockname()[1])
             link = StreamTransport({2: address}, KEYS.issue(1), max_tuples=1, max_frames=10)
             link.send_data(2, (0, [SECRET_TUPLE] * 10))
-            await asyncio.wait_for(link.relieve(), 5)  # the refusal frees the sender
+            await asyncio.wait_for(link.wait_for_room(), 5)  # the refusal frees the sender
             assert link.backlog(2) == UNREACHABLE  # refused: a shuffle sends it nothing for now
             assert SECRET_TUPLE.encode() not in received
             assert received[:1] == b"\x16"  # a TLS handshake record, the ClientHello
@@ -290,7 +290,7 @@ class TestWhoMayListen:
                 await Dialer(KEYS.issue(1)).open(await relay.start(), 2, DATA)
             link = StreamTransport({2: task3.address}, KEYS.issue(1), max_tuples=10, max_frames=10)
             link.send_data(2, batch(1))
-            await asyncio.wait_for(link.relieve(), 5)
+            await asyncio.wait_for(link.wait_for_room(), 5)
             await asyncio.sleep(0.1)
             assert task3.frames == []
             await still_works(task3)
@@ -483,7 +483,7 @@ class TestLimits:
             address = ("127.0.0.1", server.sockets[0].getsockname()[1])
             link = StreamTransport({2: address}, KEYS.issue(1), max_tuples=1, max_frames=10)
             link.send_data(2, batch(5))
-            await asyncio.wait_for(link.relieve(), 5)
+            await asyncio.wait_for(link.wait_for_room(), 5)
             assert link.backlog(2) == UNREACHABLE  # the stream is closed as a violation
             task2 = await Receiver().start()
             link.replace(2, task2.address)

@@ -117,7 +117,7 @@ class TestDelivery:
             stranger.send_data(2, batch(1))
             await asyncio.sleep(0.2)
             assert task2.frames == []
-            await asyncio.wait_for(stranger.relieve(), 5)  # the refusal frees the sender
+            await asyncio.wait_for(stranger.wait_for_room(), 5)  # the refusal frees the sender
 
         run(scenario)
 
@@ -139,7 +139,7 @@ class TestBound:
 
     def test_a_destination_that_stops_reading_holds_its_sender_at_the_byte_bound(self):
         """Frames of 256 KiB each, far below the tuple and frame bounds, toward a task whose
-        streams stop reading: the sender waits in ``relieve`` once ``WRITE_BUFFER_BYTES`` are
+        streams stop reading: the sender waits in ``wait_for_room`` once ``WRITE_BUFFER_BYTES`` are
         unwritten, holding at most that and one frame (not the 64 MiB it was given), and goes on
         once the destination reads again; every frame arrives, in order."""
         frames, blob = 256, b"x" * (256 * 1024)
@@ -160,11 +160,11 @@ class TestBound:
                     sent += 1
                     most = max(most, link.unwritten(2))
                     waiting = True
-                    await link.relieve()
+                    await link.wait_for_room()
                     waiting = False
 
             sending = asyncio.get_running_loop().create_task(sender())
-            await until(lambda: waiting)  # only a relieve that waits lets this test run meanwhile
+            await until(lambda: waiting)  # only a wait_for_room that waits lets this test run meanwhile
             assert sent < frames
             assert most <= transport_module.WRITE_BUFFER_BYTES + len(blob) + 1024
             for stream in task2.listener._streams:
@@ -182,7 +182,7 @@ class TestBound:
             link = transport({2: task2}, max_tuples=50)
             for _ in range(20):
                 link.send_data(2, batch(1))
-            await asyncio.wait_for(link.relieve(), 1.0)
+            await asyncio.wait_for(link.wait_for_room(), 1.0)
 
         run(scenario)
 
@@ -192,7 +192,7 @@ class TestBound:
             link = transport({2: task2}, max_tuples=5)
             link.send_data(2, batch(4))
             link.send_data(2, batch(4))
-            waiting = asyncio.ensure_future(link.relieve())
+            waiting = asyncio.ensure_future(link.wait_for_room())
             await until(lambda: len(task2.unfinished) == 2)
             assert not waiting.done()
             task2.finish(1)
@@ -202,7 +202,7 @@ class TestBound:
         run(scenario)
 
     def test_acker_traffic_is_credited_in_groups_and_bounded_in_frames(self):
-        """Seventeen control frames over a bound of ten: relieve waits until the acker has
+        """Seventeen control frames over a bound of ten: wait_for_room waits until the acker has
         finished a group of sixteen (one credit), then one frame is outstanding."""
 
         async def scenario() -> None:
@@ -210,7 +210,7 @@ class TestBound:
             link = transport({2: acker}, max_frames=10)
             for i in range(CONTROL_CREDITS + 1):
                 link.send_control(2, ("acks", i))
-            waiting = asyncio.ensure_future(link.relieve())
+            waiting = asyncio.ensure_future(link.wait_for_room())
             await until(lambda: len(acker.unfinished) == CONTROL_CREDITS + 1)
             acker.finish(CONTROL_CREDITS - 1)
             await asyncio.sleep(0.1)
@@ -256,7 +256,7 @@ class TestBound:
             link = StreamTransport({1: itself.address}, KEYS.issue(1), max_tuples=2, max_frames=10)
             for _ in range(3):
                 link.send_data(1, batch(2))
-            await asyncio.wait_for(link.relieve(), 1.0)
+            await asyncio.wait_for(link.wait_for_room(), 1.0)
             await until(lambda: len(itself.unfinished) == 3)
             itself.finish()  # the credits of frames no longer waited for are skipped
             link.send_data(1, batch(2))
@@ -268,7 +268,7 @@ class TestBound:
 
 class TestFailures:
     def test_a_dead_destination_does_not_block_and_is_forgotten_on_replace(self):
-        """Frames to a task that died are lost; relieve carries on; sends meanwhile are dropped;
+        """Frames to a task that died are lost; wait_for_room carries on; sends meanwhile are dropped;
         replace() points the transport at the restarted task."""
 
         async def scenario() -> None:
@@ -277,7 +277,7 @@ class TestFailures:
             link.send_data(2, batch(3))
             await until(lambda: len(task2.unfinished) == 1)
             task2.listener.close()  # the task dies: its streams close
-            await asyncio.wait_for(link.relieve(), 5.0)
+            await asyncio.wait_for(link.wait_for_room(), 5.0)
             assert link.backlog(2) == UNREACHABLE  # a shuffle sends it nothing meanwhile
             link.send_data(2, batch(3))
             assert link.dropped == 1
@@ -297,7 +297,7 @@ class TestFailures:
             await asyncio.sleep(0.05)
             link = transport({2: gone}, max_tuples=1)
             link.send_data(2, batch(5))
-            await asyncio.wait_for(link.relieve(), 5.0)
+            await asyncio.wait_for(link.wait_for_room(), 5.0)
             assert link.backlog(2) == UNREACHABLE
 
         run(scenario)
@@ -333,7 +333,7 @@ class TestFailures:
             squatter = await asyncio.start_server(lambda r, w: dialled.append(w), *task2.address)
             for i in range(3):
                 link.send_data(2, batch(1, tag=i))
-            await asyncio.wait_for(link.relieve(), 1.0)
+            await asyncio.wait_for(link.wait_for_room(), 1.0)
             await asyncio.sleep(0.2)  # time a dial would have taken on the loopback
             assert link.backlog(2) == UNREACHABLE
             assert link.dropped == 3
@@ -362,21 +362,21 @@ class TestFailures:
 
 class TestConcurrency:
     def test_a_send_to_a_new_destination_while_another_coroutine_waits(self):
-        """One coroutine waits in relieve for task 2; meanwhile another sends to task 3 for the
-        first time. Once both catch up, relieve goes on, and task 3's lane is bounded too."""
+        """One coroutine waits in wait_for_room for task 2; meanwhile another sends to task 3 for the
+        first time. Once both catch up, wait_for_room goes on, and task 3's lane is bounded too."""
 
         async def scenario() -> None:
             task2, task3 = await Receiver(task=2).start(), await Receiver(task=3).start()
             link = transport({2: task2, 3: task3}, max_tuples=2)
             link.send_data(2, batch(5))
-            waiting = asyncio.ensure_future(link.relieve())
+            waiting = asyncio.ensure_future(link.wait_for_room())
             await until(lambda: len(task2.unfinished) == 1)
-            link.send_data(3, batch(5))  # a new lane appears while relieve is parked on task 2
+            link.send_data(3, batch(5))  # a new lane appears while wait_for_room is parked on task 2
             await until(lambda: len(task3.unfinished) == 1)
             task2.finish()
             task3.finish()
             await asyncio.wait_for(waiting, 5.0)
-            await asyncio.wait_for(link.relieve(), 5.0)
+            await asyncio.wait_for(link.wait_for_room(), 5.0)
             assert link.backlog(2) == link.backlog(3) == 0
 
         run(scenario)

@@ -171,7 +171,7 @@ def _peer(writer: asyncio.StreamWriter) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "an unknown peer"
 
 
-def _release(exc: BaseException) -> None:
+def _drop_traceback_frames(exc: BaseException) -> None:
     """Let what a failed handshake held go at once, not at the next full cycle collection.
 
     ``loop.start_tls`` ends a failed or cancelled handshake by raising out of ``await waiter``:
@@ -212,11 +212,11 @@ class Dialer:
                 *address, ssl=self._context, server_hostname="", ssl_handshake_timeout=handshake_secs
             )
         except ssl.SSLError as exc:
-            _release(exc)
+            _drop_traceback_frames(exc)
             why = _tls_reason(exc)
             raise StreamRefused(f"the listener at {where} did not prove it is task {dest}: {why}") from None
         except BaseException as exc:  # refused, unreachable, or given up on (cancelled)
-            _release(exc)
+            _drop_traceback_frames(exc)
             raise
         try:
             found = peer_task(writer.get_extra_info("ssl_object"), self._topology)
@@ -270,7 +270,7 @@ class Listener:
         self._server: asyncio.base_events.Server | None = None
         self._handshakes: dict[asyncio.Task[Any], None] = {}
         """Connections in their handshake, oldest first."""
-        self._cut_short: dict[asyncio.Task[Any], str] = {}
+        self._cancelled_why: dict[asyncio.Task[Any], str] = {}
         """Handshakes cancelled by the listener, and why (``busy``, ``slow``, ``closing``)."""
         self._streams: set[asyncio.StreamWriter] = set()
         self.refusals = RefusalLog()
@@ -286,7 +286,7 @@ class Listener:
         if self._server is not None:
             self._server.close()
         for handshake in list(self._handshakes):
-            self._cut(handshake, "closing")
+            self._cancel_handshake(handshake, "closing")
         for writer in list(self._streams):
             writer.close()
 
@@ -331,18 +331,18 @@ class Listener:
         assert me is not None
         self._handshakes[me] = None
         if len(self._handshakes) > self._max_handshakes:
-            self._cut(next(iter(self._handshakes)), "busy")
-        deadline = asyncio.get_running_loop().call_later(self._handshake_secs, self._cut, me, "slow")
+            self._cancel_handshake(next(iter(self._handshakes)), "busy")
+        deadline = asyncio.get_running_loop().call_later(self._handshake_secs, self._cancel_handshake, me, "slow")
         try:
             try:
                 return await self._authenticate(raw)
             except BaseException as exc:
-                _release(exc)
+                _drop_traceback_frames(exc)
                 raise
         except asyncio.CancelledError:
             # Not re-raised: this is the stream's own task, and Python 3.11 logs one that ends
             # cancelled as an error.
-            why = self._cut_short.get(me, "closing")
+            why = self._cancelled_why.get(me, "closing")
             if why == "closing":  # the listener or the loop is closing
                 pass
             elif why == "busy":
@@ -358,13 +358,14 @@ class Listener:
         finally:
             deadline.cancel()
             self._handshakes.pop(me, None)
-            self._cut_short.pop(me, None)
+            self._cancelled_why.pop(me, None)
         raw.close()
         return None
 
-    def _cut(self, handshake: asyncio.Task[Any], why: str) -> None:
+    def _cancel_handshake(self, handshake: asyncio.Task[Any], why: str) -> None:
+        """Cancel ``handshake`` (still under way) and note ``why`` for its own task to log."""
         if self._handshakes.pop(handshake, False) is None:
-            self._cut_short[handshake] = why
+            self._cancelled_why[handshake] = why
             handshake.cancel()
 
     async def _serve(self, _: asyncio.StreamReader, raw: asyncio.StreamWriter) -> None:
@@ -374,26 +375,26 @@ class Listener:
             return
         sender, channel, reader, writer = accepted
         self._streams.add(writer)
-        group, data_group = CREDIT.pack(CONTROL_CREDITS), self._data_credits
+        control_credit, data_group = CREDIT.pack(CONTROL_CREDITS), self._data_credits
         uncredited = 0
-        late: asyncio.TimerHandle | None = None
+        credit_timer: asyncio.TimerHandle | None = None
 
         def credit_data() -> None:
-            nonlocal uncredited, late
-            late = None
+            nonlocal uncredited, credit_timer
+            credit_timer = None
             if uncredited and not writer.is_closing():
                 writer.write(CREDIT.pack(uncredited))
             uncredited = 0
 
         def finished_data() -> None:
-            nonlocal uncredited, late
+            nonlocal uncredited, credit_timer
             uncredited += 1
             if uncredited >= data_group:
-                if late is not None:
-                    late.cancel()
+                if credit_timer is not None:
+                    credit_timer.cancel()
                 credit_data()
-            elif late is None:
-                late = asyncio.get_running_loop().call_later(CREDIT_DELAY_SECS, credit_data)
+            elif credit_timer is None:
+                credit_timer = asyncio.get_running_loop().call_later(CREDIT_DELAY_SECS, credit_data)
 
         def finished_control() -> None:
             nonlocal uncredited
@@ -401,7 +402,7 @@ class Listener:
             if uncredited == CONTROL_CREDITS:
                 uncredited = 0
                 if not writer.is_closing():
-                    writer.write(group)
+                    writer.write(control_credit)
 
         finished = finished_control if channel == CONTROL else finished_data
         deliver, read, largest = self._deliver, reader.readexactly, self._max_frame_bytes
@@ -425,8 +426,8 @@ class Listener:
         except asyncio.CancelledError:
             pass  # the loop is closing (not re-raised: see _handshake)
         finally:
-            if late is not None:
-                late.cancel()
+            if credit_timer is not None:
+                credit_timer.cancel()
             self._streams.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()

@@ -207,7 +207,7 @@ class TaskActor:
                 if not inbox:
                     executor.outbox.flush_data()
                 self._flush_later()
-                await self._transport.relieve()
+                await self._transport.wait_for_room()
             finished()
 
     def _flush_later(self) -> None:
@@ -306,7 +306,7 @@ class TaskActor:
                 if now - control_sent >= self._control_linger:
                     outbox.flush_control()
                     control_sent = now
-                await self._transport.relieve()
+                await self._transport.wait_for_room()
                 await asyncio.sleep(0)
             else:
                 # Nothing emitted (a rate-limited or quiet spout): what waits still goes out on
@@ -336,4 +336,4 @@ class TaskActor:
                 if not self._inbox:
                     self._executor.outbox.flush_data()
                 self._flush_later()
-                await self._transport.relieve()
+                await self._transport.wait_for_room()

@@ -6,7 +6,7 @@ Each payload is pickled by the sender (protocol 5). A stream per destination and
 opened on the first send (frames sent meanwhile wait for it) and kept. A frame is written in one
 piece, length and payload together: on a TLS stream every write becomes records of its own.
 
-``relieve`` is the backpressure: while a destination holds more than ``max_tuples``
+``wait_for_room`` is the backpressure: while a destination holds more than ``max_tuples``
 unprocessed tuples from this task (or more than ``max_frames`` unfinished frames), the sender
 waits for credits. Counting tuples rather than frames matters when frames are small: a stuck
 task then stops its producer only after a sizeable backlog, not after a handful of one-tuple
@@ -58,7 +58,7 @@ CONNECT_SECS = 5.0
 RETRY_SECS = 1.0
 """After a destination was found unreachable, sends to it are dropped for this long."""
 WRITE_BUFFER_BYTES = 4 * 1024 * 1024
-"""Bytes a stream may hold unwritten (its TLS and socket buffers taken) before ``relieve`` waits
+"""Bytes a stream may hold unwritten (its TLS and socket buffers taken) before ``wait_for_room`` waits
 for it to drain to a quarter of that: larger than a batch of ordinary tuples, so a stream that
 keeps up never waits, and a small part of a task's memory."""
 
@@ -71,7 +71,7 @@ class _Lane:
 
     __slots__ = (
         "address",
-        "forgiven",
+        "credits_to_skip",
         "frames",
         "progress",
         "retry_at",
@@ -93,8 +93,10 @@ class _Lane:
         """Frames sent while the stream is being opened."""
         self.frames: deque[int] = deque()
         self.tuples = 0
-        self.forgiven = 0
-        """Frames no longer waited for (a task sending to itself): their credits are skipped."""
+        self.credits_to_skip = 0
+        """Frames no longer counted against the bound (a task sending to itself, see
+        ``wait_for_room``): they were taken off ``frames`` already, so their credits, when
+        they come, finish nothing."""
         self.progress = asyncio.Event()
         self.retry_at = 0.0
 
@@ -103,7 +105,7 @@ class _Lane:
         self.frames.clear()
         self.waiting.clear()
         self.tuples = 0
-        self.forgiven = 0
+        self.credits_to_skip = 0
         self.progress.set()
         if self.task is not None:
             self.task.cancel()
@@ -235,14 +237,14 @@ class StreamTransport:
         try:
             while True:
                 (n,) = unpack(await read(CREDIT.size))
-                if not 0 < n <= len(frames) + lane.forgiven:
+                if not 0 < n <= len(frames) + lane.credits_to_skip:
                     raise StreamViolation(
                         f"task {key[0]} at {lane.address[0]}:{lane.address[1]} credited {n} frame(s) "
-                        f"with {len(frames) + lane.forgiven} outstanding"
+                        f"with {len(frames) + lane.credits_to_skip} outstanding"
                     )
                 for _ in range(n):
-                    if lane.forgiven:
-                        lane.forgiven -= 1
+                    if lane.credits_to_skip:
+                        lane.credits_to_skip -= 1
                     elif frames:
                         lane.tuples -= frames.popleft()
                 lane.progress.set()
@@ -296,11 +298,12 @@ class StreamTransport:
         writer = None if lane is None else lane.writer
         return 0 if writer is None else writer.transport.get_write_buffer_size()
 
-    async def relieve(self) -> None:
+    async def wait_for_room(self) -> None:
         """Wait until no destination is over its bound: in unfinished tuples and frames, and
-        in bytes not written yet (``WRITE_BUFFER_BYTES``).
+        in bytes not written yet (``WRITE_BUFFER_BYTES``). The task calls it after each frame
+        it handled, so a slow destination slows its producers instead of growing their queues.
 
-        Several coroutines of one actor may relieve at once and a send may add a lane while
+        Several coroutines of one actor may wait at once and a send may add a lane while
         another waits, so lanes are looked up afresh after every wait."""
         for key in list(self._lanes):
             while True:
@@ -321,9 +324,10 @@ class StreamTransport:
                     continue
                 if key[0] == self._own_task:
                     # A bolt fed by its own stream: waiting on itself would deadlock, so stop
-                    # waiting for the oldest frame (it still runs; only the bound is lifted).
+                    # counting the oldest frame (it still runs; only the bound is lifted) and
+                    # skip its credit when it comes.
                     lane.tuples -= lane.frames.popleft()
-                    lane.forgiven += 1
+                    lane.credits_to_skip += 1
                     continue
                 lane.progress.clear()
                 await lane.progress.wait()
