@@ -8,11 +8,19 @@ docstring says why it needs one (it names ``TYPE_CHECKING``): it runs for the ty
 ``KNOWN`` lists the circles being taken apart in other changes; the test passes with them,
 fails for any other circle, and fails when a listed one is gone, so the list only shrinks.
 The known circles and the imports that go up a layer are printed (``pytest -s`` or ``-rP``).
+
+The walk cannot see one kind of circle: importing ``a.b.m`` runs package ``a.b``'s ``__init__``
+first, so a module that imports ``a.b.m`` while ``a.b``'s ``__init__`` imports it back stops on a
+half-made module, although no two modules import each other. So every module is also imported
+first, in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -145,3 +153,35 @@ def test_the_walk_sees_imports_of_every_kind() -> None:
     assert "rayflow._config" in GRAPH["rayflow._topology"]
     assert "rayflow._pending" in GRAPH["rayflow._config"]
     assert "rayflow.spark._shared" in GRAPH["rayflow.spark._sink"]  # inside a method
+
+
+FIRST_IMPORTS = """
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m == "rayflow" or m.startswith("rayflow.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] == "rayflow":
+            failed[name] = repr(exc)
+        # else: an optional extra that is not installed (pyspark, pika, ...)
+    except Exception as exc:
+        failed[name] = repr(exc)
+print(json.dumps(failed))
+"""
+"""Imports each module named on the command line as the first module of ``rayflow`` loaded (the
+modules loaded before are dropped; libraries stay loaded, so one interpreter does them all)."""
+
+
+def test_every_module_imports_first() -> None:
+    """``python -c "import rayflow.<module>"`` works for every module, e.g. the stateful kind
+    (``rayflow._state.bolt_kind``), whose ``BoltKind`` import runs ``rayflow._executors``'s
+    ``__init__``: a table of kinds imported at its top would import the stateful kind back."""
+    names = [name for name in MODULES if name != "rayflow.__main__"]  # that one runs the command
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_IMPORTS, *names], capture_output=True, text=True, check=True, timeout=600
+    )
+    failed = json.loads(done.stdout.splitlines()[-1])
+    assert not failed, "modules that cannot be imported first:\n" + "\n".join(f"{k}: {v}" for k, v in failed.items())
