@@ -52,6 +52,7 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException, RayflowError, StateError
+from .._state.bolt_kind import NotInitialized
 from .._state.checkpoint import CHECKPOINT_STREAM, COMMIT, INITSTATE, PREPARE, ROLLBACK
 from .._state.provider import StateProvider, task_provider, topology_name
 from .._tuple import Tuple
@@ -63,7 +64,6 @@ from .._windows.watermark import WatermarkTracker
 from .._windows.window import TupleWindow
 from .base import Timer, logger
 from .bolt_kind import BoltKind, CheckpointDeferred
-from .stateful_bolt import NotInitialized
 
 if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
     from .bolt import BoltExecutor
