@@ -30,8 +30,9 @@ not answer), so the spout connects on a thread of its own, the first time (``ope
 returns) as after an outage, and ``next_tuple`` and ``upkeep`` only look whether that is done;
 the connection is the task thread's alone from then on. ``deactivate`` cancels the consumer
 without waiting for the broker's ``cancel-ok`` (what arrives for the cancelled consumer is
-handed back as ``upkeep`` reads it). Only ``close`` waits, at most ``CONNECT_TIMEOUT_SECS``, for
-the broker's ``close-ok``, so that the last acks arrive. The broker pushes up to ``prefetch`` unacked
+handed back as ``upkeep`` reads it). Only ``close`` waits, at most ``CLOSE_WAIT_SECS``, for
+the broker's ``close-ok``, so that the last acks arrive and are counted; a connection found
+lost is closed without waiting. The broker pushes up to ``prefetch`` unacked
 messages, they wait in a local buffer and ``next_tuple`` emits them, up to ``EMIT_BURST`` per
 call. ``upkeep`` (``_upkeep``), every ``UPKEEP_SECS`` whether or not ``next_tuple`` is called
 (the pending budget spent, the spout deactivated), writes the heartbeats, flushes the acks that
@@ -141,8 +142,12 @@ UPKEEP_SECS = 0.1
 """How often ``upkeep`` runs: a small fraction of any heartbeat interval (1 s at the least),
 and about twice the ack linger."""
 CONNECT_TIMEOUT_SECS = 3.0
-"""Socket timeout for a (re)connect: the longest a connect attempt can hold up the task."""
-
+"""Socket timeout for a (re)connect, which runs on the spout's connecting thread."""
+CLOSE_WAIT_SECS = 0.5
+"""How long ``close`` waits for the broker's ``close-ok`` on the task's thread: a live broker
+answers in milliseconds (it first handles the acks written before), a silent one must not hold
+the task for the connect timeout. Without the ``close-ok`` the last acks are not counted as
+``broker_acked``; the broker requeues what it did not get."""
 RECOGNISE_SECS = 60.0
 """Exactly-once: how long a committed message whose ack may be lost (its channel is gone, or
 the task restarted) is recognised when it is delivered again. The broker requeues what a lost
@@ -312,10 +317,12 @@ class RabbitMQSpout(Spout):
         except _BROKEN as exc:
             logger.debug("%s: acks at close: %s", self._outage.where, exc)
         self._upkeep.stop()
-        self._disconnect()
+        self._disconnect(CLOSE_WAIT_SECS)
         self._connecting.close()
 
-    def _disconnect(self) -> None:
+    def _disconnect(self, wait_secs: float = 0.0) -> None:
+        """Forget the connection and what it delivered; close it, waiting ``wait_secs`` at most
+        for the broker's ``close-ok`` (which counts the acks written as ``broker_acked``)."""
         connection, self._connection = self._connection, None
         if self._exactly_once:
             self._channel_lost()
@@ -323,7 +330,7 @@ class RabbitMQSpout(Spout):
         self._held.clear()
         self._replays.clear()
         self.stale_acks += self._acks.clear()
-        if connection is not None and connection.close():  # close-ok: every ack written was handled
+        if connection is not None and connection.close(wait_secs):  # close-ok: every ack written was handled
             self._count_acks()
         self._acks_to_confirm.clear()
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rayflow import Bolt, OutputCollector, Spout, TopologyBuilder, Tuple
+from rayflow._collectors import SpoutOutputCollector
 from rayflow._context import TopologyContext
 from rayflow.testing import InProcessTopology
 
@@ -59,10 +60,11 @@ def context(task_id: int = 1, component: str = "source") -> TopologyContext:
     return TopologyContext(task_id, {task_id: component}, {component: {}})
 
 
-class FakeCollector:
-    """Records what a spout emits and reports, as the spout executor would see it."""
+class FakeCollector(SpoutOutputCollector):
+    """Records what a spout emits and reports, as the spout executor would see it (a
+    ``SpoutOutputCollector`` with no task behind it: only what a broker spout calls)."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # no task: SpoutOutputCollector's own __init__ is not called
         self.emitted: list[tuple[list[Any], Any]] = []
         self.errors: list[BaseException] = []
         self.counts: dict[str, int] = {}

@@ -234,3 +234,25 @@ class TestBrokerEnds:
         with pytest.raises(ConnectionLost, match="malformed"):
             got.poll()
         assert sock.closed
+
+
+class TestClosing:
+    def test_close_without_waiting_writes_connection_close_and_reads_nothing(self) -> None:
+        """A lost connection is closed with ``wait_secs=0``: the broker, silent here, is not
+        waited for even though the URL's socket timeout is an hour."""
+        ours, broker = socket.socketpair()
+        with broker:
+            got = QueueConsumer(ours, heartbeat=0, close_timeout=3600.0)
+            got.ack(7)
+            assert got.close(wait_secs=0) is False
+            assert ours.fileno() == -1
+            broker.settimeout(5.0)
+            sent = broker.recv(1 << 16)
+        assert [(c, m) for c, m, _ in methods_sent(sent)] == [(60, 80), (10, 50)]  # basic.ack, connection.close
+
+    def test_close_counts_on_the_brokers_close_ok(self) -> None:
+        ours, broker = socket.socketpair()
+        with broker:
+            broker.sendall(frame(1, struct.pack(">HH", 10, 51), channel=0))  # close-ok, already there
+            got = QueueConsumer(ours, heartbeat=0, close_timeout=3600.0)
+            assert got.close(wait_secs=5.0) is True

@@ -231,6 +231,29 @@ class TestFaults:
         finally:
             proxy.close()
 
+    def test_close_waits_for_a_silent_broker_only_briefly(self, queue: str) -> None:
+        """``close`` waits for the broker's ``close-ok`` at most ``CLOSE_WAIT_SECS``, not the
+        URL's socket timeout (a minute here): with the broker silent (the proxy holds what
+        either side sends) it returns well within the minute, and the acks written but not
+        confirmed are not counted as ``broker_acked``."""
+        import threading
+
+        from tests.conftest import eventually
+
+        publish(queue, "held")
+        proxy = Proxy(5672)
+        try:
+            spout, collector = opened(queue, url=proxy.url(RABBITMQ_URL) + "?socket_timeout=60")
+            assert drive(spout, collector, lambda: len(collector.emitted) == 1)
+            proxy.stall()
+            spout.ack(collector.emitted[0][1])
+            closing = threading.Thread(target=spout.close, daemon=True)
+            closing.start()
+            assert eventually(lambda: not closing.is_alive(), timeout=30.0, interval=0.05)
+            assert collector.counts["broker_acked"] == 0
+        finally:
+            proxy.close()
+
     def test_missing_queue_is_reported_once_and_picked_up_once_declared(self) -> None:
         require_rabbitmq()
         import pika

@@ -27,9 +27,11 @@ The contract:
   cancelled consumer arrive before it, and each later ``poll`` hands them back to the queue
   (``basic.nack``, requeue) as it parses them; a ``consume`` meanwhile starts a consumer of
   another tag, whose deliveries are told apart.
-- ``close`` waits, at most ``socket_timeout``, for the broker's ``close-ok``, so that the acks
-  written before it reach the broker before the socket goes (a socket closed with unread data
-  is reset, and what it had not sent is lost).
+- ``close(wait_secs)`` waits, at most ``wait_secs`` (the URL's ``socket_timeout`` unless
+  given; 0: not at all), for the broker's ``close-ok``, so that the acks written before it
+  reach the broker before the socket goes (a socket closed with unread data is reset, and what
+  it had not sent is lost). A caller on a task's thread passes a short bound: a broker that
+  went silent must not hold the task for the whole ``socket_timeout``.
 - A broken connection raises ``ConnectionLost``; the broker closing the channel or the
   connection raises ``BrokerClosed`` with its reply code and text; the broker cancelling the
   consumer (its queue deleted) raises ``ConsumerCancelled``. All three are ``AmqpError``s:
@@ -199,20 +201,24 @@ class QueueConsumer:
         except (struct.error, IndexError, ValueError) as exc:
             raise self._lost(f"a malformed frame from RabbitMQ: {exc!r}") from exc
 
-    def close(self) -> bool:
+    def close(self, wait_secs: float | None = None) -> bool:
         """Write what waits, then ``connection.close``; wait for the broker's ``close-ok`` (at
-        most ``socket_timeout``) and close the socket. Never raises; says whether the
-        ``close-ok`` came (the broker then handled every frame written before)."""
+        most ``wait_secs``, ``socket_timeout`` when ``None``; writing what waits is bounded by
+        the same) and close the socket. Never raises; says whether the ``close-ok`` came (the
+        broker then handled every frame written before)."""
         if self._closed:
             return False
         self._closed = True
         sock = self._sock
+        wait = self._close_timeout if wait_secs is None else wait_secs
         try:
-            sock.settimeout(self._close_timeout)
+            sock.settimeout(wait)
             close = pika.spec.Connection.Close(reply_code=200, reply_text="Normal shutdown", class_id=0, method_id=0)
             sock.sendall(self._out + method_frame(0, close))
             self._out = b""
-            reader = BlockingReader(sock, time.monotonic() + self._close_timeout, self._in)
+            if wait <= 0:
+                return False
+            reader = BlockingReader(sock, time.monotonic() + wait, self._in)
             while not isinstance(reader.method(CHANNEL_ANY), pika.spec.Connection.CloseOk):
                 pass
         except (OSError, AmqpError, struct.error, IndexError, ValueError):
