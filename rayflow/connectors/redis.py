@@ -53,7 +53,9 @@ before the cut, everything above it was not. ``seek(position)`` therefore drops 
 held (nothing of it was committed), reads its own pending list again from just after
 ``position`` (``XREADGROUP`` with an explicit id) before reading new entries, and ``XACK``s
 what is still pending at or below ``position``: those were committed, and their ``XACK`` was
-lost (a task killed between the commit and the ack's write). Nothing is claimed under
+lost (a task killed between the commit and the ack's write). That ``XPENDING`` and its
+``XACK``s go over the connection of reads and acks like a read, 1,000 entries a round, never
+waited for on the task's thread. Nothing is claimed under
 exactly-once: an entry pending with another task of the spout was emitted by it, and a claim
 would emit it twice if that task's cut committed it; each task's entries are read again by it
 alone (a restarted task keeps its consumer name, and so does the topology submitted again under
@@ -257,6 +259,10 @@ class RedisStreamSpout(Spout):
         whole list again, and skips what it holds)."""
         self._settle_below: str | None = None
         """Exactly-once, after a ``seek``: ``XACK`` what is still pending at or below this id."""
+        self._settling = False
+        """An ``XPENDING`` for the entries at or below ``_settle_below`` is sent and unanswered."""
+        self._settled = 0
+        """Entries ``XACK``-ed since the ``seek`` because their checkpoint committed."""
         self.replayed = 0
         """Entries emitted again after a fail."""
         self.claimed = 0
@@ -327,8 +333,8 @@ class RedisStreamSpout(Spout):
         reply taken by a later ``next_tuple``)."""
         now = time.monotonic()
         if self._exactly_once:
-            if self._settle_below is not None:
-                self._call(self._ack_committed)
+            if self._settle_below is not None and not self._settling:
+                self._ask_committed_pending()
         elif now >= self._claim_at:
             self._call(self._claim)
         if self._reading or now < self._read_at or (self._outage.down and not self._outage.due()):
@@ -423,35 +429,40 @@ class RedisStreamSpout(Spout):
         self._failed.clear()
         self._claiming = {}
         self._counts.clear()
-        self._sent = deque(("stale", ids) if kind == "read" else (kind, ids) for kind, ids in self._sent)
-        self._reading = False
+        self._sent = deque(("stale", ids) if kind in ("read", "settle") else (kind, ids) for kind, ids in self._sent)
+        self._reading = self._settling = False
+        self._settled = 0
         self._read_at = 0.0
         self._last = self._read_high = self._backlog = position
         self._settle_below = None if position == "0-0" else position
 
-    def _ack_committed(self) -> None:
-        """``XACK`` what this consumer still has pending at or below the position it sought:
-        those entries' checkpoint committed, and their ``XACK`` was lost. Waits for Redis."""
+    def _ask_committed_pending(self) -> None:
+        """Ask (without waiting) which entries this consumer still has pending at or below the
+        position it sought: those entries' checkpoint committed, and their ``XACK`` was lost.
+        ``_settle_committed`` acks what the reply lists."""
         assert self._settle_below is not None
-        settled = 0
-        while True:
-            rows: Any = self._client.xpending_range(
-                self.stream, self.group, "-", self._settle_below, MAX_READ, consumername=self.consumer
-            )
-            ids = [row["message_id"] for row in rows]
-            if ids:
-                acked = int(self._client.xack(self.stream, self.group, *ids))
-                self._collector.count("broker_acked", acked)
-                settled += len(ids)
-            if len(ids) < MAX_READ:
-                break
-        if settled:
+        command = ("XPENDING", self.stream, self.group, "-", self._settle_below, MAX_READ, self.consumer)
+        self._settling = self._send(command, ("settle", None))
+
+    def _settle_committed(self, rows: Any) -> None:
+        """``XACK`` the entries of an ``XPENDING`` reply (counted as ``broker_acked`` when its
+        reply comes); a full reply asks for the next ones, behind that ``XACK`` on the same
+        connection, so Redis answers it with the entries still pending after it."""
+        self._settling = False
+        ids = [_text(row[0]) for row in rows or ()]
+        if ids:
+            self._send(("XACK", self.stream, self.group, *ids), ("ack", ids))
+            self._settled += len(ids)
+        if len(ids) == MAX_READ:
+            self._ask_committed_pending()
+            return
+        if self._settled:
             logger.info(
                 "%s: %d entries committed by the last checkpoint were still pending (their XACK was lost): acked",
                 self._outage.where,
-                settled,
+                self._settled,
             )
-        self._settle_below = None
+        self._settle_below, self._settled = None, 0
 
     # -- results ------------------------------------------------------------------------------
     def ack(self, msg_id: Any) -> None:
@@ -604,9 +615,11 @@ class RedisStreamSpout(Spout):
                     self._counts[ids[0]] = int(reply[0][3]) if reply else 0
                 elif kind == "claim":
                     self._claimed(reply)
+                elif kind == "settle":
+                    self._settle_committed(reply)
                 elif kind == "ack":  # entries Redis took off the pending list (0 for one acked before)
                     self._collector.count("broker_acked", int(reply))
-                # "stale": a read sent before a ``seek``; what it brought is read again after it
+                # "stale": a read or a settle sent before a ``seek``; what it brought is read again after it
         except _BROKEN as exc:
             self._broken(exc)
             return
@@ -623,6 +636,7 @@ class RedisStreamSpout(Spout):
             if kind == "ack" and ids:
                 self._to_ack.extend(ids)
         self._sent.clear()
+        self._settling = False  # asked again on the next connection
         claiming, self._claiming = list(self._claiming), {}
         self._counts.clear()
         self._emit_again(claiming)  # their claim may be lost: emitted again without one

@@ -7,6 +7,7 @@ committed (``tests/connectors/exactly_once_kit.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,11 @@ class TestPositionAndSeek:
 
         assert drive_spout(source, collector, lambda: len(collector.emitted) >= n)
 
+    def driven(self, source: Any, collector: FakeCollector, until: Callable[[], bool]) -> bool:
+        from tests.connectors.brokers import drive as drive_spout
+
+        return drive_spout(source, collector, until, upkeep_only=True)
+
     def test_a_rollback_emits_again_what_followed_the_position_and_nothing_before(
         self, client: Any, stream: str
     ) -> None:
@@ -140,9 +146,15 @@ class TestPositionAndSeek:
         self.emit(first, collector, 10)
         crash(first)  # committed up to ids[5], no XACK sent
         second, collector = self.opened(stream)
+
+        def waited(*_: Any, **__: Any) -> None:
+            raise AssertionError("a call that waits for Redis on the task's thread")
+
+        second._client.xpending_range = second._client.xack = waited  # settled without waiting
         second.seek(ids[5])
         self.emit(second, collector, 4)
         assert [msg_id for _, msg_id in collector.emitted] == ids[6:]
+        assert self.driven(second, collector, lambda: collector.counts.get("broker_acked", 0) == 6)
         pending = client.xpending_range(stream, GROUP, "-", "+", 100)
         assert [row["message_id"].decode() for row in pending] == ids[6:]
         for msg_id in ids[6:]:
