@@ -6,8 +6,9 @@ How the package stacks, bottom up:
                               (what a component asks of the cluster), _tuple, _components,
                               _context, _groupings, _topology, _acking/ (its edge ids and ledger
                               here, its executor with the executors), _rotating_map, _outbox,
-                              _router, _collectors, _metrics, _state/, _exactly_once/, _windows/,
-                              _executors/, _run_checks, _sinks
+                              _router, _collectors, _metrics, _state/ (its stateful bolt kind
+                              with the executors), _exactly_once/, _windows/, _executors/,
+                              _run_checks, _sinks
     on Ray                    _runtime/ (one actor per task around an executor; placement: where
                               the actors go and what they ask of the cluster), _ui/ (the web
                               page and the Prometheus metrics of a running topology, in the driver:
