@@ -380,7 +380,7 @@ class NatsJetStreamSpout(Spout):
         if self._conn is None:
             self._reconnect()
         else:
-            self._tend(receive=len(self._buffer) < self._fetch)
+            self._serve_connection(receive=len(self._buffer) < self._fetch)
         buffer = self._buffer
         if not buffer:
             return
@@ -399,9 +399,12 @@ class NatsJetStreamSpout(Spout):
         if self._conn is None:
             self._reconnect()
         else:
-            self._tend(receive=True)
+            self._serve_connection(receive=True)
 
-    def _tend(self, receive: bool) -> None:
+    def _serve_connection(self, receive: bool) -> None:
+        """The connection's duties that are due, from ``next_tuple`` and ``upkeep`` alike: acks
+        written once they waited their linger, in-progress acks, the client ``PING``, and (with
+        ``receive``) what arrived. Never waits."""
         conn = self._conn
         assert conn is not None
         now = time.monotonic()
@@ -435,7 +438,7 @@ class NatsJetStreamSpout(Spout):
                 if frame.__class__ is Message:
                     if frame.sid == PULL_SID:
                         if frame.headers is None:
-                            if not self._unconfirmed or not self._recognised(frame):
+                            if not self._unconfirmed or not self._is_committed_redelivery(frame):
                                 self._buffer.append(frame)
                             self._requested -= 1
                         else:
@@ -471,7 +474,7 @@ class NatsJetStreamSpout(Spout):
     def _status(self, msg: Message, now: float) -> None:
         code, description = status(msg.headers)
         if code == 0:  # a message with headers of its own
-            if not self._unconfirmed or not self._recognised(msg):
+            if not self._unconfirmed or not self._is_committed_redelivery(msg):
                 self._buffer.append(msg)
             self._requested -= 1
         elif code == 409:
@@ -619,11 +622,11 @@ class NatsJetStreamSpout(Spout):
                     self._unconfirmed[sequence] = reply
                     self._to_confirm.append(sequence)
                     self._out.append(f"PUB {reply} 4\r\n+ACK\r\n")
-            self._buffer = deque(msg for msg in self._buffer if not self._recognised(msg))
+            self._buffer = deque(msg for msg in self._buffer if not self._is_committed_redelivery(msg))
         self._sought = True
         self._write()
 
-    def _recognised(self, msg: Message) -> bool:
+    def _is_committed_redelivery(self, msg: Message) -> bool:
         """Is ``msg`` a message whose checkpoint committed, delivered again (its ack lost)? It
         is then acked, not emitted."""
         if not msg.reply or ack_metadata(msg.reply)[1] not in self._unconfirmed:

@@ -301,13 +301,13 @@ class RabbitMQSpout(Spout):
     def activate(self) -> None:
         self._active = True
         if self._connection is not None and not self._connection.consuming:
-            self._guard(self._connection.consume, self.queue)
+            self._call_or_outage(self._connection.consume, self.queue)
 
     def deactivate(self) -> None:
         self._active = False
         if self._connection is not None and self._connection.consuming:
-            self._guard(self._stop_consuming)
-        self._guard(self._flush_acks, True)
+            self._call_or_outage(self._stop_consuming)
+        self._call_or_outage(self._flush_acks, True)
 
     def close(self) -> None:
         """Send the acks waiting and close the connection: the broker requeues every message
@@ -348,12 +348,12 @@ class RabbitMQSpout(Spout):
             self._reconnect()
             return
         if self._acks.waiting and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
-            self._guard(self._flush_acks)
+            self._call_or_outage(self._flush_acks)
         buffer = self._buffer
         if not buffer and self._connection is not None:
             self._receive(self._connection)
         if self._exactly_once:
-            self._emit_covered(buffer)
+            self._emit_exactly_once(buffer)
             return
         emit, held, generation = self._collector.emit, self._held, self._generation
         for _ in range(min(len(buffer), self._burst)):
@@ -371,7 +371,7 @@ class RabbitMQSpout(Spout):
             self._reconnect()
             return
         if self._acks.waiting and time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
-            self._guard(self._flush_acks)
+            self._call_or_outage(self._flush_acks)
         if self._connection is not None:
             self._receive(self._connection)
 
@@ -397,7 +397,7 @@ class RabbitMQSpout(Spout):
                     self._broker_counts = _delivery_count(delivery.properties) is not None
                     break
         self._acks.delivered([delivery.tag for delivery in deliveries])
-        self._buffer.extend(self._recognised(deliveries) if self._committed else deliveries)
+        self._buffer.extend(self._without_committed_redeliveries(deliveries) if self._committed else deliveries)
 
     def _values(self, delivery: Delivery) -> list[Any]:
         values: list[Any] = []
@@ -427,9 +427,9 @@ class RabbitMQSpout(Spout):
                 self._replays.pop(tag, None)
         self._acks.done(tag)
         if not self._active:  # no ``next_tuple`` to flush on the linger: no waiting
-            self._guard(self._flush_acks, True)
+            self._call_or_outage(self._flush_acks, True)
         elif self._acks.waiting >= self._ack_batch or time.monotonic() - self._flushed_at >= ACK_LINGER_SECS:
-            self._guard(self._flush_acks)
+            self._call_or_outage(self._flush_acks)
 
     def fail(self, msg_id: Any, reason: str = "failed") -> None:
         """Replay the message (whatever the reason), or dead-letter it after ``max_replays``."""
@@ -450,14 +450,14 @@ class RabbitMQSpout(Spout):
             self._buffer.appendleft(delivery)
         else:  # the broker counts, or may: give it back
             self._acks.settled(tag)
-            self._guard(self._connection.nack, tag, requeue=True)
+            self._call_or_outage(self._connection.nack, tag, requeue=True)
 
     def _dead_letter(self, delivery: Delivery, replays: int, reason: str) -> None:
         tag, properties = delivery.tag, delivery.properties
         self._acks.settled(tag)
         self._replays.pop(tag, None)
         assert self._connection is not None
-        if not self._guard(self._connection.reject, tag, requeue=False):
+        if not self._call_or_outage(self._connection.reject, tag, requeue=False):
             return  # the connection is gone: the broker requeues the message
         self._collector.count("dead_lettered")
         logger.warning(
@@ -483,10 +483,10 @@ class RabbitMQSpout(Spout):
         if acks:
             self._acks_to_confirm.append((connection.sync(), waiting - self._acks.waiting))
         if self._unwritten:
-            self._written(connection, acks)
+            self._acks_written(connection, acks)
 
     # -- exactly-once -------------------------------------------------------------------------
-    def _emit_covered(self, buffer: deque[Delivery]) -> None:
+    def _emit_exactly_once(self, buffer: deque[Delivery]) -> None:
         """``next_tuple``'s emits under exactly-once: each message under a number of the
         spout's own, kept (unacked) until its checkpoint commits or is rolled back."""
         emit, emitted, generation, serials = self._collector.emit, self._emitted, self._generation, self._serials
@@ -532,7 +532,7 @@ class RabbitMQSpout(Spout):
         self._roll_back_why = "a checkpoint committed messages whose channel was lost (they may be emitted again)"
         return None
 
-    def _written(self, connection: QueueConsumer, acks: list[tuple[int, bool]]) -> None:
+    def _acks_written(self, connection: QueueConsumer, acks: list[tuple[int, bool]]) -> None:
         """Acks of committed messages were written: their ``message_id``s are forgotten once
         the broker confirms it has them (``_confirmed``)."""
         top = max((tag for tag, multiple in acks if multiple), default=0)
@@ -546,7 +546,7 @@ class RabbitMQSpout(Spout):
             for key in self._confirming.popleft()[1]:
                 self._committed.pop(key, None)
 
-    def _recognised(self, deliveries: list[Delivery]) -> list[Delivery]:
+    def _without_committed_redeliveries(self, deliveries: list[Delivery]) -> list[Delivery]:
         """The deliveries to emit: a message delivered again whose checkpoint committed (its
         ack lost) is acked instead."""
         fresh = []
@@ -602,7 +602,7 @@ class RabbitMQSpout(Spout):
                 break  # the broker requeues the rest
             if tag in self._acks:
                 self._acks.settled(tag)
-                self._guard(self._connection.nack, tag, requeue=True)
+                self._call_or_outage(self._connection.nack, tag, requeue=True)
 
     def seek_peers(self, positions: list[list[str]]) -> None:
         """After a ``seek``: the other tasks' positions in the committed cut. The broker gives
@@ -636,7 +636,7 @@ class RabbitMQSpout(Spout):
         consuming if the spout is active."""
         self._connection = connection
         self._generation += 1
-        if self._active and not self._guard(connection.consume, self.queue):
+        if self._active and not self._call_or_outage(connection.consume, self.queue):
             return
         self._outage.recovered()
 
@@ -650,7 +650,7 @@ class RabbitMQSpout(Spout):
             self._replays.pop(tag, None)
             self._connection.nack(tag, requeue=True)
 
-    def _guard(self, action: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
+    def _call_or_outage(self, action: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
         """Run a broker call; a broken connection starts an outage instead of raising (and
         gives ``False``)."""
         try:

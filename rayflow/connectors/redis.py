@@ -301,7 +301,7 @@ class RedisStreamSpout(Spout):
     def next_tuple(self) -> None:
         if not self._group_ready and not self._call(self._ensure_group):
             return
-        self._tend()
+        self._serve_connection()
         buffer = self._buffer
         if len(buffer) <= self._low:
             self._fill()
@@ -318,9 +318,12 @@ class RedisStreamSpout(Spout):
         never waits: the replies that arrived taken, the acks that waited their linger sent,
         the failed entries' claims sent."""
         if self._group_ready:
-            self._tend()
+            self._serve_connection()
 
-    def _tend(self) -> None:
+    def _serve_connection(self) -> None:
+        """The connection's duties that are due, from ``next_tuple`` and ``upkeep`` alike: the
+        replies that arrived taken, the acks that waited their linger sent, the failed entries'
+        claims sent. Never waits."""
         if self._sent:
             self._receive()
         if self._to_ack and time.monotonic() - self._acked_at >= ACK_LINGER_SECS:
