@@ -19,6 +19,10 @@ disturbs far less than the wall clock. No broker needed.
   handshake and the field tables are pika's already (``_amqp/handshake.py``, ``codec.py``):
   nothing to compare there.
 
+- ``--redis-spout N`` (needs Redis on 127.0.0.1:6379) also drains N messages through a
+  ``RedisStreamSpout`` driven in this process (``benchmarks/brokers.py``'s ``--cpu`` driver),
+  once with each reader, per message: the whole spout's CPU, not the parser's alone.
+
 Each figure is the median of ``--rounds`` rounds; the two sides of a row run one after the
 other in each round, in turned order.
 """
@@ -232,14 +236,49 @@ def amqp_rows(rounds: int) -> list[tuple[str, str, float, float]]:
     return rows
 
 
+def redis_spout_rows(old: Any, rounds: int, n: int) -> list[tuple[str, str, float, float]]:
+    import redis
+
+    import rayflow.connectors.redis as spout_module
+    from benchmarks.brokers import drive_in_process, fill_stream, stream_pending
+
+    def drained(reader_class: Any) -> float:
+        stream = fill_stream(n)
+        vars(spout_module)["Replies"] = reader_class  # the name the spout module reads at each connect
+        try:
+            spout = spout_module.RedisStreamSpout(stream, "bench", fields=("body",))
+            run = drive_in_process(spout, n, "RedisStreamSpout", lambda: stream_pending(stream, "bench") == 0)
+        finally:
+            vars(spout_module)["Replies"] = Replies
+            redis.Redis.from_url("redis://127.0.0.1:6379/0").delete(stream)
+        return float(run["cpu_us_per_msg"])
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    for r in range(rounds):
+        pair = [(ours, Replies), (theirs, old.Replies)]
+        for into, reader_class in pair if r % 2 else pair[::-1]:
+            into.append(drained(reader_class))
+    return [
+        (f"RedisStreamSpout draining {n:,} messages", "message", statistics.median(ours), statistics.median(theirs))
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--old-ref", default="928ea6f", help="the revision with the hand-written RESP reader")
+    parser.add_argument(
+        "--redis-spout", type=int, default=0, metavar="N", help="also drain N messages through the spout"
+    )
     args = parser.parse_args()
     print(f"{'':58} {'CPU-us per':>10} {'spout':>9} {'other':>9} {'ratio':>6}")
     print("Redis: spout = hiredis.Reader, other = hand-written reader at", args.old_ref)
-    for name, unit, ours, theirs in redis_rows(old_resp(args.old_ref), args.rounds):
+    old = old_resp(args.old_ref)
+    rows = redis_rows(old, args.rounds)
+    if args.redis_spout:
+        rows += redis_spout_rows(old, args.rounds, args.redis_spout)
+    for name, unit, ours, theirs in rows:
         print(f"  {name:56} {unit:>10} {ours:9.3f} {theirs:9.3f} {ours / theirs:6.2f}")
     print("RabbitMQ: spout = hand-written hot path, other = pika's codec")
     for name, unit, ours, theirs in amqp_rows(args.rounds):
