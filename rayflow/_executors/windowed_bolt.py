@@ -52,7 +52,6 @@ from .._collectors import AnchorRuleCollector, OutputCollector
 from .._components import OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException, RayflowError, StateError
-from .._state.bolt_kind import NotInitialized
 from .._state.checkpoint import CHECKPOINT_STREAM, COMMIT, INITSTATE, PREPARE, ROLLBACK
 from .._state.provider import StateProvider, task_provider, topology_name
 from .._tuple import Tuple
@@ -298,7 +297,7 @@ class WindowedBoltAdapter(BoltKind):
                 self._initialize(provider)
         elif action == PREPARE:
             if not self.initialized:
-                raise NotInitialized(f"task {self._task.task_id} has not restored its windows yet")
+                raise CheckpointDeferred(f"task {self._task.task_id} has not restored its windows yet")
             if self.broken:
                 raise CheckpointDeferred(self.broken)
             provider.stage_many(txid, {self.namespace: {KEY: dump(self._contents())}})
