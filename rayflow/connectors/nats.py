@@ -48,7 +48,7 @@ connection, a refused connect, a missing stream are retried with backoff (``_out
 reported once per outage (``collector.report_error``), as is a ``-ERR`` (a permissions
 violation, say: the error says which right is missing); a pull request unanswered long after
 its ``expires`` has the consumer looked up, and a server that answers neither is taken for
-gone. A pull request ended by a 409 is one of three things (``_conflict``): the consumer busy
+gone. A pull request ended by a 409 is one of three things (``_pull_conflict``): the consumer busy
 (too many acks pending or pulls waiting, a leader changing: the spout pulls again shortly), a
 pull larger than the consumer allows (``max_batch``: reported once, and the spout pulls that
 many from then on), or a consumer the spout cannot pull from (deleted, push based: an outage,
@@ -139,7 +139,7 @@ CONFLICT_PAUSE_SECS = 0.01
 this long: asking again at once would only get the same answer."""
 OVER = (404, 408, 409)
 """Statuses that end a pull request: no messages (404), ``expires`` reached (408), a conflict
-(409: ``_conflict`` tells the harmless from the stalls)."""
+(409: ``_pull_conflict`` tells the harmless from the stalls)."""
 BUSY = ("exceeded maxackpending", "exceeded maxwaiting", "leadership change", "server shutdown", "batch completed")
 """How the 409s start that only say the consumer is busy now (acks pending up to its
 ``max_ack_pending``, too many pulls waiting, a new leader, a server going): pulling again
@@ -451,7 +451,7 @@ class NatsJetStreamSpout(Spout):
                     raise NatsError(f"the NATS server refused what the spout asked: {refusal(frame.text)}")
             if self._requested > 0:
                 if now - self._requested_at > FETCH_WAIT_SECS + REQUEST_SLACK_SECS:
-                    self._look_up(conn, now)
+                    self._ask_for_consumer_info(conn, now)
             elif self._active and len(self._buffer) < self._fetch and now >= self._pull_at:
                 conn.send(self._pull)
                 self._requested, self._requested_at = self._fetch, now
@@ -479,13 +479,13 @@ class NatsJetStreamSpout(Spout):
             self._requested -= 1
         elif code == 409:
             self._requested = 0
-            self._conflict(description, now)
+            self._pull_conflict(description, now)
         elif code in OVER:
             self._requested = 0
         elif code != HEARTBEAT:
             raise NatsError(f"a pull request ended with status {code} {description}", code)
 
-    def _conflict(self, description: str, now: float) -> None:
+    def _pull_conflict(self, description: str, now: float) -> None:
         """A pull request ended in a 409: busy (pull again shortly), too large (pull less,
         and say so once), or a consumer that cannot serve this spout (raised: an outage)."""
         said = description.lower()
@@ -511,7 +511,7 @@ class NatsJetStreamSpout(Spout):
                 409,
             )
 
-    def _look_up(self, conn: Connection, now: float) -> None:
+    def _ask_for_consumer_info(self, conn: Connection, now: float) -> None:
         """The pull request is long overdue: is the consumer there (its answer: ``_receive``)?
         Unanswered too, the server is gone."""
         if self._looked_up_at is None:

@@ -291,7 +291,7 @@ class RedisStreamSpout(Spout):
                     kind, _ = self._sent.popleft()
                     reply = self._replies.take(wait=True)[1] if self._replies else self._conn.read_response()
                     if kind == "read":
-                        self._taken(reply)  # nothing is lost: they stay pending, as the buffer's
+                        self._take_read_reply(reply)  # nothing is lost: they stay pending, as the buffer's
             except _BROKEN as exc:
                 logger.debug("%s: acks at close: %s", self._outage.where, exc)
             self._conn.disconnect()
@@ -304,7 +304,7 @@ class RedisStreamSpout(Spout):
         self._serve_connection()
         buffer = self._buffer
         if len(buffer) <= self._low:
-            self._fill()
+            self._ask_for_more()
         emit, values = self._collector.emit, self._values
         burst = min(len(buffer), self._burst)
         for _ in range(burst):
@@ -331,7 +331,7 @@ class RedisStreamSpout(Spout):
         if self._failed and not self._claiming:
             self._claim_failed()
 
-    def _fill(self) -> None:
+    def _ask_for_more(self) -> None:
         """Ask for more entries, ahead of need: a claim scan when due, else a read (sent, its
         reply taken by a later ``next_tuple``)."""
         now = time.monotonic()
@@ -354,7 +354,7 @@ class RedisStreamSpout(Spout):
         if self._send(command, ("read", None)):
             self._reading = True
 
-    def _taken(self, reply: Any) -> int:
+    def _take_read_reply(self, reply: Any) -> int:
         """Take the entries of an ``XREADGROUP`` reply into the buffer; how many there were."""
         if not reply:
             entries: Any = []
@@ -487,7 +487,7 @@ class RedisStreamSpout(Spout):
         """Send the claims of up to ``FAIL_BATCH`` failed entries: an ``XPENDING`` each (how
         often it was delivered so far), then one ``XCLAIM`` of them all (not ``JUSTID``: that
         would not count the replay to come), which tells which are still pending here. The
-        replies are taken as they arrive (``_claimed``). While Redis does not answer, the
+        replies are taken as they arrive (``_take_claim_reply``). While Redis does not answer, the
         entries are emitted again without a claim."""
         batch = dict(itertools.islice(self._failed.items(), FAIL_BATCH))
         for entry_id in batch:
@@ -502,7 +502,7 @@ class RedisStreamSpout(Spout):
         else:
             self._emit_again(ids)
 
-    def _claimed(self, reply: Any) -> None:
+    def _take_claim_reply(self, reply: Any) -> None:
         """The ``XCLAIM`` of the failed entries was answered: emit each again, unless it is no
         longer pending (acknowledged by another consumer that claimed it while its tree here
         ran), or dead-letter it once it was replayed ``max_replays`` times."""
@@ -611,13 +611,13 @@ class RedisStreamSpout(Spout):
                 kind, ids = sent.popleft()
                 if kind == "read":
                     self._reading = False
-                    if not self._taken(reply):
+                    if not self._take_read_reply(reply):
                         self._read_at = time.monotonic() + IDLE_POLL_SECS
                 elif kind == "pending":
                     assert ids is not None
                     self._counts[ids[0]] = int(reply[0][3]) if reply else 0
                 elif kind == "claim":
-                    self._claimed(reply)
+                    self._take_claim_reply(reply)
                 elif kind == "settle":
                     self._settle_committed(reply)
                 elif kind == "ack":  # entries Redis took off the pending list (0 for one acked before)
