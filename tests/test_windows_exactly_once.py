@@ -37,6 +37,9 @@ WINDOWS: dict[str, Any] = {
     "event time sliding": lambda bolt: (
         bolt.with_window(Duration(2), Duration(1)).with_timestamp_field("ts").with_idle_timeout(Duration(2))
     ),
+    "event time sessions": lambda bolt: (
+        bolt.with_session_window(Duration(0.25), "key").with_timestamp_field("ts").with_idle_timeout(Duration(2))
+    ),
     "processing time tumbling": lambda bolt: bolt.with_tumbling_window(Duration(2)),
 }
 """Windows whose rows a failure-free run fixes, and one (processing time) whose contents depend
