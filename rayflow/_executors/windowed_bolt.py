@@ -74,7 +74,8 @@ LATE_LOG_EVERY = 1000
 
 
 class WindowedCollector(AnchorRuleCollector):
-    """The collector a ``WindowedBolt`` gets: emits default to the window's tuples as anchors."""
+    """The collector a ``WindowedBolt`` gets: emits default to the window's tuples as anchors
+    (at-least-once; to none under exactly-once, where they were acked on arrival)."""
 
     def __init__(self, task: BoltExecutor, adapter: WindowedBoltAdapter) -> None:
         super().__init__(task)
@@ -84,7 +85,8 @@ class WindowedCollector(AnchorRuleCollector):
         return self._adapter.anchors if anchors is None else anchors
 
     def ack(self, tup: Tuple) -> None:
-        """A no-op: a windowed bolt's inputs are acked when their last window has fired."""
+        """A no-op: the task acks a windowed bolt's inputs (when their last window has fired, or
+        on arrival under exactly-once)."""
 
 
 class WindowedBoltAdapter(BoltKind):

@@ -90,6 +90,11 @@ class WindowedBolt(_Component):
     (``max_spout_pending``) must cover a window's worth of tuple trees, and a duration window
     (length plus slide) must fit in ``message_timeout_secs``: both are checked before the
     topology runs.
+
+    Under ``processing_guarantee="exactly_once"`` the bolt runs unchanged, but its inputs are
+    acked as they enter the windows, the windows go into every checkpoint and come back on a
+    rollback, and a window's emits start no tree; neither check above applies then
+    (``_executors/windowed_bolt.py``; ``docs/concepts/windows.md``).
     """
 
     window_settings: WindowSettings | None = None
