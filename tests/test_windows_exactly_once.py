@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from rayflow import Config, Count, Duration, TopologyBuilder, WindowedBolt
 from rayflow._topology import Topology
+from rayflow._windows.validation import pending_advice
 from rayflow.state import SqliteStateProvider, load_component
 from rayflow.testing import InProcessTopology, complete_topology
 from tests.sink_components import STORES, Store, StoreSink
@@ -152,7 +153,11 @@ class TestWithoutFailures:
         builder.set_spout("numbers", Numbers(TOTAL))
         builder.set_bolt("windows", WindowRows().with_tumbling_window(Count(50))).shuffle_grouping("numbers")
         builder.set_bolt("sink", WindowCount()).fields_grouping("windows", ["window"])
-        result = complete_topology(builder.create_topology(), conf(tmp_path, "big", max_spout_pending=4))
+        held = WindowRows().with_window(Duration(60), Duration(10))
+        builder.set_bolt("minute", held).shuffle_grouping("numbers")
+        eo = conf(tmp_path, "big", max_spout_pending=4, message_timeout_secs=5)
+        assert pending_advice(builder.create_topology(), eo) == []
+        result = complete_topology(builder.create_topology(), eo)
         assert sorted(result.acked("numbers")) == list(range(TOTAL))
 
 
