@@ -3,14 +3,17 @@
 Broker and state-store URLs carry passwords (``redis://:secret@host``, ``?auth_token=...``), and
 both the connectors and the Redis state provider name their URL when something fails. So they
 show it through ``redact_url``, and a URL they refuse by its scheme only (``url_scheme``): a
-typo can leave a password anywhere in it. Plain Python, below both.
+typo can leave a password anywhere in it. A URL whose password holds a ``/``, ``?`` or ``#``
+written as it is, they refuse when they are given it (``cut_user_info``): every URL parser
+(redis-py's, pika's, the NATS spout's) would end the host there and read a piece of the password
+as the port, and its error quotes that piece. Plain Python, below both.
 """
 
 from __future__ import annotations
 
 from urllib.parse import unquote_plus, urlsplit
 
-__all__ = ["SECRET_PARAMETERS", "redact_url", "scheme", "url_scheme"]
+__all__ = ["CUT_USER_INFO", "SECRET_PARAMETERS", "cut_user_info", "redact_url", "scheme", "url_scheme"]
 
 
 def redact_url(url: str) -> str:
@@ -31,6 +34,29 @@ def redact_url(url: str) -> str:
     user, colon, _ = url[start:at].partition(":")
     shown = f"{user}:***" if colon else "***"
     return url[:start] + shown + "@" + _redact_query(url[at + 1 :])
+
+
+def cut_user_info(url: object) -> bool:
+    """Does a URL parser end ``url``'s host before its last ``@``, at a ``/``, ``?`` or ``#``?
+    Then it reads what comes before as the host and port (``redis://:pa/ss@host``: port ``pa``)
+    and its error (``Port could not be cast to integer value as 'pa'``) shows a piece of the
+    password in the logs, the task's metrics and the web page. A connector refuses such a URL
+    with ``CUT_USER_INFO``, which repeats none of it. (An ``@`` in a query value makes a URL
+    refused too: percent-encoded, it means the same to every parser.)"""
+    if not isinstance(url, str):
+        return False
+    scheme_end = url.find("://")
+    start = scheme_end + 3 if scheme_end >= 0 else 0
+    at = url.rfind("@", start)
+    return at >= 0 and any(c in url[start:at] for c in "/?#")
+
+
+CUT_USER_INFO = (
+    "has an '@' after a '/', '?' or '#', where a URL parser takes the host to end: a password written as "
+    "it is would be read as the host and port. Percent-encode these in the user info ('/' as %2F, '?' as %3F, "
+    "'#' as %23, '@' as %40), and an '@' in the path or query as %40"
+)
+"""Why a URL that ``cut_user_info`` is refused, and the fix, after ``"<component>: url "``."""
 
 
 def _redact_query(rest: str) -> str:

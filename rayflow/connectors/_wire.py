@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from .._urls import redact_url, scheme, url_scheme
+from .._urls import CUT_USER_INFO, cut_user_info, redact_url, scheme, url_scheme
 
-__all__ = ["redact_url", "scheme", "text_or_bytes", "url_scheme"]
+__all__ = ["CUT_USER_INFO", "cut_user_info", "redact_url", "scheme", "text_or_bytes", "url_scheme"]
 
 
 def text_or_bytes(payload: bytes) -> str | bytes:

@@ -109,7 +109,7 @@ from ._nats.wire import (
 )
 from ._outage import Outage
 from ._upkeep import Upkeep
-from ._wire import redact_url, scheme, text_or_bytes, url_scheme
+from ._wire import CUT_USER_INFO, cut_user_info, redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["MESSAGE_FIELDS", "NatsJetStreamSpout"]
 
@@ -225,6 +225,8 @@ class NatsJetStreamSpout(Spout):
                 f"{where}: url must be a nats:// or tls:// URL (the spout speaks NATS over TCP; no websockets), "
                 f"got {url_scheme(url)}"
             )
+        if cut_user_info(url):
+            raise ConfigError(f"{where}: url {CUT_USER_INFO}")
         if subject is not None and (not isinstance(subject, str) or not subject or " " in subject):
             raise ConfigError(f"{where}: subject must be a non-empty subject (or None for all), got {subject!r}")
         if isinstance(fields, str) or not fields:

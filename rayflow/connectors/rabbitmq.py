@@ -101,7 +101,7 @@ from ._dead_letters import DEFAULT_MAX_REPLAYS, replay_bound
 from ._errors import BrokerError
 from ._outage import Outage
 from ._upkeep import Upkeep
-from ._wire import redact_url, scheme, text_or_bytes, url_scheme
+from ._wire import CUT_USER_INFO, cut_user_info, redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["MESSAGE_FIELDS", "RabbitMQSpout"]
 
@@ -215,6 +215,8 @@ class RabbitMQSpout(Spout):
             raise ConfigError(f"RabbitMQSpout: queue must be a non-empty string, got {queue!r}")
         if scheme(url) not in ("amqp", "amqps"):
             raise ConfigError(f"RabbitMQSpout {queue!r}: url must be an amqp:// or amqps:// URL, got {url_scheme(url)}")
+        if cut_user_info(url):
+            raise ConfigError(f"RabbitMQSpout {queue!r}: url {CUT_USER_INFO}")
         if isinstance(fields, str) or not fields:
             raise ConfigError(f"RabbitMQSpout {queue!r}: fields must be a non-empty list of names, got {fields!r}")
         unknown = [f for f in fields if f not in MESSAGE_FIELDS]

@@ -89,7 +89,7 @@ from ._errors import BrokerError
 from ._outage import Outage
 from ._resp import RedisStreamError, Replies
 from ._upkeep import Upkeep
-from ._wire import redact_url, scheme, text_or_bytes, url_scheme
+from ._wire import CUT_USER_INFO, cut_user_info, redact_url, scheme, text_or_bytes, url_scheme
 
 __all__ = ["RedisStreamSpout"]
 
@@ -182,6 +182,8 @@ class RedisStreamSpout(Spout):
             raise ConfigError(
                 f"RedisStreamSpout {stream!r}: url must be a redis://, rediss:// or unix:// URL, got {url_scheme(url)}"
             )
+        if cut_user_info(url):
+            raise ConfigError(f"RedisStreamSpout {stream!r}: url {CUT_USER_INFO}")
         if isinstance(fields, str) or not fields or not all(isinstance(f, str) and f for f in fields):
             raise ConfigError(f"RedisStreamSpout {stream!r}: fields must be a non-empty list of names, got {fields!r}")
         if isinstance(claim_idle_ms, bool) or not isinstance(claim_idle_ms, int) or claim_idle_ms < 1:

@@ -1,0 +1,144 @@
+"""Secrets stay secret end to end (issue 32, item 5): broker spouts given URLs with a password
+or token in every form a URL parser reads -- ``/``, ``#`` and ``@`` percent-encoded, a raw
+``@``, a NATS token, user and password -- each pointed at a closed port of 127.0.0.1, so that
+every connect fails and is reported. Then no piece of any secret shows anywhere a user or a
+scraper looks: the driver's log (and what the tasks' logs carried there), its stdout and stderr,
+``handle.metrics()`` and ``task_metrics()``, the web page's HTML, API and ``/metrics``, and
+``rayflow list``'s rows (made in this process: the command would join Ray again). A password
+with a raw ``/``, ``?`` or ``#``, which every parser cuts (and quotes a piece of as the port),
+is refused when the spout is made, and the error shows none of it.
+
+``tests/connectors/test_wire.py`` has ``redact_url``'s table of URLs; this is where they go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from rayflow import (
+    BasicBolt,
+    BasicOutputCollector,
+    Config,
+    ConfigError,
+    Spout,
+    TopologyBuilder,
+    Tuple,
+    submit_topology,
+)
+from rayflow._cli.detached import _row
+from rayflow._runtime.control import running_topologies
+from rayflow._ui import UiServer
+from rayflow.connectors.nats import NatsJetStreamSpout
+from rayflow.connectors.rabbitmq import RabbitMQSpout
+from rayflow.connectors.redis import RedisStreamSpout
+
+from .conftest import eventually
+from .ui_helpers import get
+
+DEADLINE = 45.0
+"""How long the spouts' first failures may take to be reported on a shared, busy machine."""
+
+SECRET = re.compile(r"Hush\d+")
+"""Every secret below is made of pieces like ``Hush12``, one per side of each ``/``, ``#`` or
+``@`` in it: a piece of a secret seen anywhere is a leak, however the secret was cut."""
+
+
+def closed_ports(count: int) -> list[int]:
+    """Ports of 127.0.0.1 that nothing listens on (bound together, so distinct, then closed)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+SPOUTS: dict[str, Callable[[str], Spout]] = {
+    "amqp": lambda url: RabbitMQSpout("q", url=url),
+    "nats": lambda url: NatsJetStreamSpout("s", "d", url=url),
+    "redis": lambda url: RedisStreamSpout("s", "g", url=url),
+}
+"""Each broker spout, made with a URL of its scheme."""
+
+USER_INFOS = {
+    "amqp-encoded": ("amqp", "guest:" + quote("Hush11/Hush12#Hush13@Hush14", safe="")),
+    "amqp-raw-at": ("amqp", "guest:Hush21@Hush22"),
+    "nats-token": ("nats", "Hush31"),
+    "nats-password": ("nats", "user:Hush41%2FHush42%40Hush43"),
+    "redis-encoded": ("redis", ":Hush51%23Hush52%2FHush53"),
+}
+"""The user info of each spout of the topology, by component id: its broker and the secret."""
+
+
+class Sink(BasicBolt):
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        """Never called: no spout connects."""
+
+
+class TestAPasswordAParserCutsIsRefused:
+    """A raw ``/``, ``?`` or ``#`` before the last ``@``: a ``ConfigError`` when the spout is
+    made (on the driver, before anything runs), saying how to write it, and quoting none of it."""
+
+    @pytest.mark.parametrize("kind", sorted(SPOUTS))
+    @pytest.mark.parametrize(
+        "user_info",
+        [":Hush61#Hush62", ":Hush71/Hush72", "user:Hush81?Hush82", "Hush91/Hush92", ":Hush01/Hush02@Hush03#Hush04"],
+    )
+    def test_refused_quoting_no_piece(self, kind: str, user_info: str) -> None:
+        with pytest.raises(ConfigError, match="Percent-encode") as refused:
+            SPOUTS[kind](f"{kind}://{user_info}@127.0.0.1:1/0")
+        assert SECRET.findall(str(refused.value)) == []
+
+    def test_the_same_password_percent_encoded_is_taken(self) -> None:
+        for kind, make in SPOUTS.items():
+            make(f"{kind}://user:{quote('Hush61#Hush62/Hush63?Hush64@Hush65', safe='')}@127.0.0.1:1/0")
+
+
+def reported(handle: Any, components: list[str]) -> bool:
+    metrics = handle.metrics()
+    return all(metrics[c].get("errors") for c in components)
+
+
+def test_no_piece_of_a_secret_shows_after_failing_connects(
+    ray_cluster: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="rayflow")
+    builder = TopologyBuilder()
+    components = list(USER_INFOS)
+    for (cid, (kind, user_info)), port in zip(USER_INFOS.items(), closed_ports(len(USER_INFOS)), strict=True):
+        builder.set_spout(cid, SPOUTS[kind](f"{kind}://{user_info}@127.0.0.1:{port}/"))
+        builder.set_bolt(f"{cid}-sink", Sink()).shuffle_grouping(cid)
+    handle = submit_topology("secrets-kept", Config(message_timeout_secs=10), builder.create_topology())
+    page = UiServer(poll_secs=0.2)
+    try:
+        assert eventually(lambda: reported(handle, components), timeout=DEADLINE), handle.metrics()
+        url = page.serve(handle).url
+        assert eventually(lambda: all(c in caplog.text for c in components), timeout=DEADLINE), caplog.text
+        assert eventually(lambda: len(json.loads(get(url + "api/errors")[1])["errors"]) >= len(components))
+        seen = {
+            "handle.metrics()": repr(handle.metrics()),
+            "handle.task_metrics()": repr(handle.task_metrics()),
+            **{path: get(url + path)[1].decode() for path in ("", "api/topology", "api/metrics", "api/errors")},
+            "/metrics (Prometheus)": get(url + "metrics")[1].decode(),
+            "rayflow list": repr([_row(name, control) for name, control in running_topologies().items()]),
+        }
+    finally:
+        handle.kill()
+        page.close()
+    out, err = capfd.readouterr()
+    seen |= {"the driver's log": caplog.text, "stdout": out, "stderr": err}
+    leaks = {where: sorted(set(SECRET.findall(text))) for where, text in seen.items()}
+    assert {where: pieces for where, pieces in leaks.items() if pieces} == {}
+    for spout in components:  # each failure was reported, naming its spout and the URL it redacted
+        assert any(spout in line and "***@127.0.0.1" in line for line in caplog.text.splitlines()), spout
+    assert "secrets-kept" in seen["rayflow list"]
