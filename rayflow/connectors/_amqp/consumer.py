@@ -6,7 +6,9 @@ content header, the body) turned into one delivery, and one ack every few hundre
 pika builds a frame object per frame and routes each through its channel's callbacks (with a
 ``BlockingConnection``, through an event queue as well). ``poll`` cuts a delivery's three
 frames out of the receive buffer in one step instead, and leaves to pika (``codec``) only what
-is rarer: message properties, and every method that is not a delivery.
+is rarer: message properties, and every method that is not a delivery. That this pays, and by
+how much, is measured against pika's own codec by ``benchmarks/wire_codecs.py`` (figures in
+``docs/brokers.md``, "The wire code").
 
 The contract:
 
