@@ -35,6 +35,7 @@ from rayflow import (
 )
 from rayflow._cli.detached import _row
 from rayflow._runtime.control import running_topologies
+from rayflow._state.provider import open_provider
 from rayflow._ui import UiServer
 from rayflow.connectors.nats import NatsJetStreamSpout
 from rayflow.connectors.rabbitmq import RabbitMQSpout
@@ -99,9 +100,20 @@ class TestAPasswordAParserCutsIsRefused:
             SPOUTS[kind](f"{kind}://{user_info}@127.0.0.1:1/0")
         assert SECRET.findall(str(refused.value)) == []
 
+    def test_the_redis_state_provider_too(self) -> None:
+        with pytest.raises(ConfigError, match="Percent-encode") as refused:
+            open_provider("redis", {"url": "redis://:Hush61#Hush62@127.0.0.1:1/0"}, "t")
+        assert SECRET.findall(str(refused.value)) == []
+
     def test_the_same_password_percent_encoded_is_taken(self) -> None:
         for kind, make in SPOUTS.items():
             make(f"{kind}://user:{quote('Hush61#Hush62/Hush63?Hush64@Hush65', safe='')}@127.0.0.1:1/0")
+
+
+def test_a_state_provider_url_given_in_place_of_its_config_is_not_repeated() -> None:
+    with pytest.raises(ConfigError, match="must be a mapping, got a str") as refused:
+        open_provider("redis", "redis://:Hush61@127.0.0.1:1/0", "t")  # type: ignore[arg-type]
+    assert SECRET.findall(str(refused.value)) == []
 
 
 def reported(handle: Any, components: list[str]) -> bool:

@@ -128,7 +128,8 @@ def open_provider(name: str, config: dict[str, Any] | None, topology_name: str) 
     """Build the provider a task's config names (raises ``ConfigError`` for a bad name or config)."""
     cls = provider_class(name)
     if config is not None and not isinstance(config, dict):
-        raise ConfigError(f"state_provider_config must be a mapping, got {config!r}")
+        # not repeated: a URL given in place of the mapping holds its password
+        raise ConfigError(f"state_provider_config must be a mapping, got a {type(config).__name__}")
     return cls(dict(config or {}), topology_name)
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]  # a dependency of Ray's; Lua has cmsgpack built in
 
-from .._urls import redact_url
+from .._errors import ConfigError
+from .._urls import CUT_USER_INFO, cut_user_info, redact_url
 from .key_value import DELETED
 from .provider import StateError, StateProvider
 
@@ -77,6 +78,8 @@ class RedisStateProvider(StateProvider):
     def __init__(self, config: dict[str, Any], topology_name: str) -> None:
         super().__init__(config, topology_name)
         self.url = str(config.get("url") or DEFAULT_URL)
+        if cut_user_info(self.url):
+            raise ConfigError(f"state_provider_config 'url' {CUT_USER_INFO}")
         self.prefix = str(config.get("key_prefix") or "rayflow:state")
         self._client: Any = None
         self._commit: Any = None
