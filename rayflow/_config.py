@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from ._errors import ConfigError
 from ._pending import DEFAULT_MAX_SPOUT_PENDING
 from ._suggest import did_you_mean
+from ._urls import redact_url
 
 __all__ = [
     "DEFAULT_HANDSHAKE_SECS",
@@ -255,6 +256,10 @@ def _typo(key: str) -> str | None:
 
 def _value_problems(exc: ValidationError) -> list[ConfigProblem]:
     return [
-        ConfigProblem(".".join(map(str, err["loc"])) or "config", f"{err['msg']}, got {err['input']!r}", error=err)
+        ConfigProblem(
+            ".".join(map(str, err["loc"])) or "config",
+            f"{err['msg']}, got {redact_url(repr(err['input']))}",  # a URL given in the wrong place keeps its secret
+            error=err,
+        )
         for err in exc.errors()
     ]

@@ -18,10 +18,12 @@ import logging
 import re
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
+from typer.testing import CliRunner
 
 from rayflow import (
     BasicBolt,
@@ -33,6 +35,7 @@ from rayflow import (
     Tuple,
     submit_topology,
 )
+from rayflow._cli import app
 from rayflow._cli.detached import _row
 from rayflow._runtime.control import running_topologies
 from rayflow._state.provider import open_provider
@@ -112,10 +115,38 @@ class TestAPasswordAParserCutsIsRefused:
             make(f"{kind}://user:{quote('Hush61#Hush62/Hush63?Hush64@Hush65', safe='')}@127.0.0.1:1/0")
 
 
-def test_a_state_provider_url_given_in_place_of_its_config_is_not_repeated() -> None:
-    with pytest.raises(ConfigError, match="must be a mapping, got a str") as refused:
-        open_provider("redis", "redis://:Hush61@127.0.0.1:1/0", "t")  # type: ignore[arg-type]
-    assert SECRET.findall(str(refused.value)) == []
+class TestAUrlInTheWrongPlace:
+    """A URL given where a mapping or a number is wanted: the error says what was given, with
+    its secret redacted."""
+
+    def test_a_state_provider_url_given_in_place_of_its_config(self) -> None:
+        with pytest.raises(ConfigError, match="must be a mapping, got a str") as refused:
+            open_provider("redis", "redis://:Hush61@127.0.0.1:1/0", "t")  # type: ignore[arg-type]
+        assert SECRET.findall(str(refused.value)) == []
+
+    def test_config(self) -> None:
+        with pytest.raises(ConfigError, match=re.escape("got 'redis://:***@127.0.0.1:1/0'")) as refused:
+            Config(state_provider_config="redis://:Hush71@127.0.0.1:1/0")  # type: ignore[arg-type]
+        assert SECRET.findall(str(refused.value)) == []
+
+    def test_rayflow_validate(self, tmp_path: Path) -> None:
+        path = tmp_path / "topology.yaml"
+        path.write_text(WRONG_PLACES)
+        result = CliRunner().invoke(app, ["validate", str(path)])
+        assert result.exit_code != 0 and "got 'redis://:***@127.0.0.1:1/0'" in result.output, result.output
+        assert SECRET.findall(result.output) == []
+
+
+WRONG_PLACES = """\
+name: wrong-places
+config: {state_provider: redis, state_provider_config: "redis://:Hush81@127.0.0.1:1/0"}
+spouts:
+  - {id: events, class: rayflow.connectors.redis.RedisStreamSpout, kwargs: "redis://:Hush82@127.0.0.1:1/0"}
+bolts:
+  - {id: sink, class: tests.test_secrets_end_to_end.Sink}
+streams:
+  - {from: events, to: sink, grouping: {type: shuffle}}
+"""
 
 
 def reported(handle: Any, components: list[str]) -> bool:

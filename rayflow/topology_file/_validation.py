@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from .._suggest import did_you_mean
+from .._urls import redact_url
 from ._document import Node
 from ._errors import Problem
 
@@ -94,7 +95,7 @@ def _show(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    text = repr(value)
+    text = redact_url(repr(value))  # a URL given in the wrong place keeps its secret
     return text if len(text) <= 40 else text[:37] + "..."
 
 
