@@ -43,6 +43,7 @@ from rayflow._ui import UiServer
 from rayflow.connectors.nats import NatsJetStreamSpout
 from rayflow.connectors.rabbitmq import RabbitMQSpout
 from rayflow.connectors.redis import RedisStreamSpout
+from rayflow.topology_file import read_properties
 
 from .conftest import eventually
 from .ui_helpers import get
@@ -135,6 +136,13 @@ class TestAUrlInTheWrongPlace:
         result = CliRunner().invoke(app, ["validate", str(path)])
         assert result.exit_code != 0 and "got 'redis://:***@127.0.0.1:1/0'" in result.output, result.output
         assert SECRET.findall(result.output) == []
+
+    def test_a_properties_line_that_is_not_key_value_is_not_repeated(self, tmp_path: Path) -> None:
+        path = tmp_path / "secrets.properties"
+        path.write_text("user=app\npassword Hush91\n")
+        with pytest.raises(ValueError, match="secrets.properties:2: expected key=value") as refused:
+            read_properties(path)
+        assert SECRET.findall(str(refused.value)) == []
 
 
 WRONG_PLACES = """\

@@ -112,6 +112,7 @@ def read_properties(path: str | Path) -> dict[str, str]:
             continue
         match = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", line)
         if match is None:
-            raise ValueError(f"{path}:{number}: expected key=value, got {raw!r}")
+            # the line is not repeated: a properties file is where secrets are kept
+            raise ValueError(f"{path}:{number}: expected key=value or key: value")
         props[match.group(1)] = match.group(2)
     return props
