@@ -133,7 +133,7 @@ class TestAUrlInTheWrongPlace:
     def test_rayflow_validate(self, tmp_path: Path) -> None:
         path = tmp_path / "topology.yaml"
         path.write_text(WRONG_PLACES)
-        result = CliRunner().invoke(app, ["validate", str(path)])
+        result = CliRunner().invoke(app, ["validate", str(path)], env=WIDE)
         assert result.exit_code != 0 and "got 'redis://:***@127.0.0.1:1/0'" in result.output, result.output
         assert SECRET.findall(result.output) == []
 
@@ -144,6 +144,16 @@ class TestAUrlInTheWrongPlace:
             read_properties(path)
         assert SECRET.findall(str(refused.value)) == []
 
+    def test_a_url_given_to_set_without_a_key(self, tmp_path: Path) -> None:
+        path = tmp_path / "topology.yaml"
+        path.write_text(WRONG_PLACES)
+        result = CliRunner().invoke(app, ["validate", str(path), "--set", "redis://:Hush96@127.0.0.1:1/0"], env=WIDE)
+        assert result.exit_code != 0 and "expected KEY=VALUE" in result.output, result.output
+        assert SECRET.findall(result.output) == []
+
+
+WIDE = {"COLUMNS": "400"}
+"""A terminal wide enough that no line of a command's output is wrapped (and a secret cut)."""
 
 WRONG_PLACES = """\
 name: wrong-places

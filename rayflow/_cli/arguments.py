@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from .._urls import redact_url
 from ..topology_file import LoadedTopology, SpecError, load_topology, read_properties
 from . import console
 
@@ -90,7 +91,7 @@ def placeholders(sets: list[str] | None, file: Path | None) -> dict[str, str]:
     for item in sets or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+            raise typer.BadParameter(f"expected KEY=VALUE, got {redact_url(repr(item))}", param_hint="--set")
         props[key.strip()] = value
     return props
 
