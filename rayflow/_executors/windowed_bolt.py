@@ -359,7 +359,11 @@ class WindowedBoltAdapter(BoltKind):
             # The inputs are this run's (a resumed topology may have other upstream tasks).
             tracker.watermark = contents.watermark
             tracker.latest = {i: ts for i, ts in contents.latest.items() if i in tracker.heard}
-            tracker.heard.update((i, t) for i, t in contents.heard.items() if i in tracker.heard)
+        if tracker is not None:
+            # The time a recovery takes is not idleness: every input gets a whole idle timeout
+            # from the cut's clock to send again, or a stall caused by the rollback would move
+            # the watermark past what the spouts replay, and make it late.
+            tracker.heard = dict.fromkeys(tracker.heard, self.clock)
 
 
 def _clock_period(slide: Length, length: Length) -> float | None:
