@@ -88,10 +88,13 @@ def url_scheme(url: object) -> str:
 
 
 SECRET_PARAMETERS = ("password", "passwd", "pwd", "pass", "secret", "token", "auth", "apikey", "credentials")
-"""A query parameter whose name ends so (ignoring case, ``_`` and ``-``) has its value redacted."""
+"""A query parameter whose name ends so (ignoring case, ``_`` and ``-``) has its value redacted,
+and so has one whose value holds any of these: a mapping with a secret in it (pika's
+``ssl_options={'certfile': ..., 'password': ...}``, the client key's password)."""
 
 
 def _redact_parameter(parameter: str) -> str:
-    name, sep, _ = parameter.partition("=")
-    key = unquote_plus(name).lower().replace("_", "").replace("-", "")
-    return f"{name}=***" if sep and key.endswith(SECRET_PARAMETERS) else parameter
+    name, sep, value = parameter.partition("=")
+    key, said = (unquote_plus(part).lower().replace("_", "").replace("-", "") for part in (name, value))
+    secret = key.endswith(SECRET_PARAMETERS) or any(word in said for word in SECRET_PARAMETERS)
+    return f"{name}=***" if sep and secret else parameter

@@ -40,6 +40,7 @@ from rayflow._cli.detached import _row
 from rayflow._runtime.control import running_topologies
 from rayflow._state.provider import open_provider
 from rayflow._ui import UiServer
+from rayflow._urls import redact_url
 from rayflow.connectors.nats import NatsJetStreamSpout
 from rayflow.connectors.rabbitmq import RabbitMQSpout
 from rayflow.connectors.redis import RedisStreamSpout
@@ -114,6 +115,14 @@ class TestAPasswordAParserCutsIsRefused:
     def test_the_same_password_percent_encoded_is_taken(self) -> None:
         for kind, make in SPOUTS.items():
             make(f"{kind}://user:{quote('Hush61#Hush62/Hush63?Hush64@Hush65', safe='')}@127.0.0.1:1/0")
+
+
+def test_a_secret_in_a_query_value_is_redacted() -> None:
+    """pika's ``ssl_options`` is a mapping in the query: its ``password`` unlocks the client key."""
+    options = quote(str({"certfile": "c.pem", "keyfile": "k.pem", "password": "Hush97"}))
+    assert redact_url(f"amqps://app:Hush98@mq:5671/%2F?ssl_options={options}&heartbeat=5") == (
+        "amqps://app:***@mq:5671/%2F?ssl_options=***&heartbeat=5"
+    )
 
 
 class TestAUrlInTheWrongPlace:
