@@ -37,6 +37,7 @@ from rayflow import (
 )
 from rayflow._cli import app
 from rayflow._cli.detached import _row
+from rayflow._cli.jobs import secret_looking
 from rayflow._runtime.control import running_topologies
 from rayflow._state.provider import open_provider
 from rayflow._ui import UiServer
@@ -123,6 +124,12 @@ def test_a_secret_in_a_query_value_is_redacted() -> None:
     assert redact_url(f"amqps://app:Hush98@mq:5671/%2F?ssl_options={options}&heartbeat=5") == (
         "amqps://app:***@mq:5671/%2F?ssl_options=***&heartbeat=5"
     )
+
+
+def test_rayflow_submit_knows_the_placeholders_that_look_like_secrets() -> None:
+    """It warns of them: the job's entrypoint carries every placeholder, and Ray shows it."""
+    given = {"parallelism": "2", "REDIS_URL": "redis://:Hush99@cache/0", "db_password": "Hush00", "queue": "orders"}
+    assert secret_looking(given) == ["REDIS_URL", "db_password"]
 
 
 class TestAUrlInTheWrongPlace:

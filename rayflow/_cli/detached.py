@@ -27,7 +27,16 @@ from rich.table import Table
 
 from . import console
 from .arguments import FileArg, InactiveOpt, PropertiesOpt, SetOpt, load, placeholders
-from .jobs import JobsApi, JobsUnavailable, dashboard_address, entrypoint, jobs_client, refusal, runtime_env
+from .jobs import (
+    JobsApi,
+    JobsUnavailable,
+    dashboard_address,
+    entrypoint,
+    jobs_client,
+    refusal,
+    runtime_env,
+    secret_looking,
+)
 from .progress import progress
 from .ray_connection import ray_connection
 
@@ -141,6 +150,17 @@ def submit(
 ) -> None:
     """Run a topology file on a Ray cluster as a Ray job (see ``SUBMIT_HELP``)."""
     loaded = load(file, set_, properties)
+    given = placeholders(set_, properties)
+    suspect = secret_looking(given)
+    if suspect:
+        console.err.print(
+            f"warning: {', '.join(suspect)} look(s) like secrets, and the job's command line carries every --set "
+            "and --properties value, which Ray keeps and shows (`ray job list`, the dashboard's Jobs page): give a "
+            "secret as ${ENV-NAME} instead, read from the environment (here for the check, and where the job's "
+            "driver runs on the cluster)",
+            markup=False,
+            soft_wrap=True,
+        )
     shipped = (working_dir or Path.cwd()).resolve()
     try:
         relative = file.resolve().relative_to(shipped)
@@ -162,7 +182,7 @@ def submit(
         # The commands printed below name the cluster: as given, or as auto found it.
         cluster = address if address != "auto" else ray.get_runtime_context().gcs_address
         submission = f"rayflow-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}-{secrets.token_hex(3)}"
-        command = entrypoint(relative, placeholders(set_, properties), inactive)
+        command = entrypoint(relative, given, inactive)
         try:
             with progress(f"uploading {shipped}", "the job's working directory", "uploaded"):
                 jobs.client.submit_job(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RayflowError
+from .._urls import redact_url
 
 __all__ = [
     "SHIPPED_EXCLUDES",
@@ -37,6 +38,7 @@ __all__ = [
     "jobs_client",
     "refusal",
     "runtime_env",
+    "secret_looking",
 ]
 
 SHIPPED_EXCLUDES = [".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".venv"]
@@ -169,6 +171,14 @@ def entrypoint(file: Path, placeholders: dict[str, str], inactive: bool) -> str:
     if inactive:
         words.append("--inactive")
     return shlex.join(words)
+
+
+def secret_looking(placeholders: dict[str, str]) -> list[str]:
+    """The placeholders that look like secrets: those ``redact_url`` would hide something of
+    (a key named like a password or token, a URL with a password, a value naming one). The
+    entrypoint carries every placeholder, and Ray keeps and shows it (``ray job list``, the
+    dashboard's Jobs page), so ``rayflow submit`` warns of these."""
+    return sorted(key for key, value in placeholders.items() if redact_url(f"?{key}={value}") != f"?{key}={value}")
 
 
 def _first_line(exc: BaseException) -> str:
