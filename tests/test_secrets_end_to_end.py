@@ -194,20 +194,25 @@ def test_no_piece_of_a_secret_shows_after_failing_connects(
     caplog.set_level(logging.DEBUG, logger="rayflow")
     builder = TopologyBuilder()
     components = list(URLS)
+    sink = builder.set_bolt("sink", Sink())
     for (cid, (kind, url)), port in zip(URLS.items(), closed_ports(len(URLS)), strict=True):
         builder.set_spout(cid, SPOUTS[kind](url.format(port=port)))
-        builder.set_bolt(f"{cid}-sink", Sink()).shuffle_grouping(cid)
-    handle = submit_topology("secrets-kept", Config(message_timeout_secs=10), builder.create_topology())
+        sink.shuffle_grouping(cid)
+    topology = builder.create_topology()
+    handle = submit_topology("secrets-kept", Config(message_timeout_secs=10), topology)
     page = UiServer(poll_secs=0.2)
     try:
         assert eventually(lambda: reported(handle, components), timeout=DEADLINE), handle.metrics()
-        url = page.serve(handle).url
+        url = page.serve(handle, topology).url
         assert eventually(lambda: all(c in caplog.text for c in components), timeout=DEADLINE), caplog.text
         assert eventually(lambda: len(json.loads(get(url + "api/errors")[1])["errors"]) >= len(components))
         seen = {
             "handle.metrics()": repr(handle.metrics()),
             "handle.task_metrics()": repr(handle.task_metrics()),
-            **{path: get(url + path)[1].decode() for path in ("", "api/topology", "api/metrics", "api/errors")},
+            **{
+                path: get(url + path)[1].decode()
+                for path in ("", "api/topology", "api/metrics", "api/errors", "api/history", "api/graph.svg")
+            },
             "/metrics (Prometheus)": get(url + "metrics")[1].decode(),
             "rayflow list": repr([_row(name, control) for name, control in running_topologies().items()]),
         }
