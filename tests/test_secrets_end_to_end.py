@@ -1,12 +1,14 @@
 """Secrets stay secret end to end (issue 32, item 5): broker spouts given URLs with a password
 or token in every form a URL parser reads -- ``/``, ``#`` and ``@`` percent-encoded, a raw
-``@``, a NATS token, user and password, a ``?password=`` -- each pointed at a closed port of 127.0.0.1, so that
-every connect fails and is reported. Then no piece of any secret shows anywhere a user or a
-scraper looks: the driver's log (and what the tasks' logs carried there), its stdout and stderr,
+``@``, a NATS token, user and password, a ``?password=`` -- each pointed at a closed port of
+127.0.0.1, so that every connect fails and is reported. Then no piece of any secret shows
+anywhere a user or a scraper looks: the driver's log (and what the tasks' logs carried there),
+its stdout and stderr, Ray's log files (each worker's stdout and stderr among them),
 ``handle.metrics()`` and ``task_metrics()``, the web page's HTML, API and ``/metrics``, and
 ``rayflow list``'s rows (made in this process: the command would join Ray again). A password
 with a raw ``/``, ``?`` or ``#``, which every parser cuts (and quotes a piece of as the port),
-is refused when the spout is made, and the error shows none of it.
+is refused when the spout is made, and the error shows none of it; so is any other place a
+URL given by mistake would be repeated.
 
 ``tests/connectors/test_wire.py`` has ``redact_url``'s table of URLs; this is where they go.
 """
@@ -23,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+import ray
 from typer.testing import CliRunner
 
 from rayflow import (
@@ -183,6 +186,13 @@ streams:
 """
 
 
+def ray_logs() -> Path:
+    """The session's log directory: Ray's processes', and each worker's stdout and stderr."""
+    node = ray._private.worker._global_node
+    assert node is not None
+    return Path(node.get_logs_dir_path())
+
+
 def reported(handle: Any, components: list[str]) -> bool:
     metrics = handle.metrics()
     return all(metrics[c].get("errors") for c in components)
@@ -221,6 +231,7 @@ def test_no_piece_of_a_secret_shows_after_failing_connects(
         page.close()
     out, err = capfd.readouterr()
     seen |= {"the driver's log": caplog.text, "stdout": out, "stderr": err}
+    seen |= {f"Ray's {f.name}": f.read_text(errors="replace") for f in ray_logs().rglob("*") if f.is_file()}
     leaks = {where: sorted(set(SECRET.findall(text))) for where, text in seen.items()}
     assert {where: pieces for where, pieces in leaks.items() if pieces} == {}
     for spout in components:  # each failure was reported, naming its spout and the URL it redacted
