@@ -193,6 +193,11 @@ def ray_logs() -> Path:
     return Path(node.get_logs_dir_path())
 
 
+def page_errors(url: str) -> list[dict[str, Any]]:
+    errors: list[dict[str, Any]] = json.loads(get(url + "api/errors")[1])["errors"]
+    return errors
+
+
 def reported(handle: Any, components: list[str]) -> bool:
     metrics = handle.metrics()
     return all(metrics[c].get("errors") for c in components)
@@ -215,7 +220,7 @@ def test_no_piece_of_a_secret_shows_after_failing_connects(
         assert eventually(lambda: reported(handle, components), timeout=DEADLINE), handle.metrics()
         url = page.serve(handle, topology).url
         assert eventually(lambda: all(c in caplog.text for c in components), timeout=DEADLINE), caplog.text
-        assert eventually(lambda: len(json.loads(get(url + "api/errors")[1])["errors"]) >= len(components))
+        assert eventually(lambda: len(page_errors(url)) >= len(components), timeout=DEADLINE), page_errors(url)
         seen = {
             "handle.metrics()": repr(handle.metrics()),
             "handle.task_metrics()": repr(handle.task_metrics()),
