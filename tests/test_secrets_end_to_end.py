@@ -40,7 +40,7 @@ from rayflow import (
 )
 from rayflow._cli import app
 from rayflow._cli.detached import _row
-from rayflow._cli.jobs import secret_looking
+from rayflow._cli.jobs import entrypoint, placeholder_package, read_placeholders, runtime_env
 from rayflow._runtime.control import running_topologies
 from rayflow._state.provider import open_provider
 from rayflow._ui import UiServer
@@ -129,10 +129,21 @@ def test_a_secret_in_a_query_value_is_redacted() -> None:
     )
 
 
-def test_rayflow_submit_knows_the_placeholders_that_look_like_secrets() -> None:
-    """It warns of them: the job's entrypoint carries every placeholder, and Ray shows it."""
-    given = {"parallelism": "2", "REDIS_URL": "redis://:Hush99@cache/0", "db_password": "Hush00", "queue": "orders"}
-    assert secret_looking(given) == ["REDIS_URL", "db_password"]
+def test_rayflow_submit_keeps_the_placeholders_off_the_jobs_command_line(tmp_path: Path) -> None:
+    """Ray shows a job's entrypoint to anyone who lists jobs: the values travel in a package of
+    their own, which the job's ``rayflow run`` reads back."""
+    import sys
+
+    given = {"parallelism": "2", "REDIS_URL": "redis://:Hush99@cache/0", "db_password": "Hush00"}
+    package = placeholder_package(given, tmp_path, "rayflow-wc-abc123")
+    command = entrypoint(Path("wordcount.yaml"), package.name, inactive=False)
+    assert SECRET.findall(command) == [] and "--placeholders-from" in command
+    assert runtime_env(tmp_path, package)["py_modules"] == [str(package)]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert sorted(read_placeholders(package.name)) == sorted(f"{k}={v}" for k, v in given.items())
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 class TestAUrlInTheWrongPlace:

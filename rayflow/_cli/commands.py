@@ -148,10 +148,22 @@ def run(
     ui: UiOpt = False,
     port: PortOpt = None,
     host: HostOpt = None,
+    placeholders_from: Annotated[
+        str | None,
+        typer.Option(
+            "--placeholders-from",
+            hidden=True,
+            help="rayflow submit's: the module its job ships the --set/--properties values in.",
+        ),
+    ] = None,
 ) -> None:
     """Submit a topology and watch it live (see ``RUN_HELP``)."""
     if not ui and (port is not None or host is not None):
         raise typer.BadParameter("--port and --host are the web page's: add --ui", param_hint="--port/--host")
+    if placeholders_from is not None:  # a submitted job's: its values came beside the command line
+        from .jobs import read_placeholders
+
+        set_ = read_placeholders(placeholders_from) + list(set_ or [])
     loaded = load(file, set_, properties)
     if loaded.config.debug:
         show_debug_log()

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from enum import IntEnum
 from pathlib import Path
@@ -33,9 +34,9 @@ from .jobs import (
     dashboard_address,
     entrypoint,
     jobs_client,
+    placeholder_package,
     refusal,
     runtime_env,
-    secret_looking,
 )
 from .progress import progress
 from .ray_connection import ray_connection
@@ -151,16 +152,6 @@ def submit(
     """Run a topology file on a Ray cluster as a Ray job (see ``SUBMIT_HELP``)."""
     loaded = load(file, set_, properties)
     given = placeholders(set_, properties)
-    suspect = secret_looking(given)
-    if suspect:
-        console.err.print(
-            f"warning: {', '.join(suspect)} look(s) like secrets, and the job's command line carries every --set "
-            "and --properties value, which Ray keeps and shows (`ray job list`, the dashboard's Jobs page): give a "
-            "secret as ${ENV-NAME} instead, read from the environment (here for the check, and where the job's "
-            "driver runs on the cluster)",
-            markup=False,
-            soft_wrap=True,
-        )
     shipped = (working_dir or Path.cwd()).resolve()
     try:
         relative = file.resolve().relative_to(shipped)
@@ -182,15 +173,19 @@ def submit(
         # The commands printed below name the cluster: as given, or as auto found it.
         cluster = address if address != "auto" else ray.get_runtime_context().gcs_address
         submission = f"rayflow-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}-{secrets.token_hex(3)}"
-        command = entrypoint(relative, given, inactive)
         try:
-            with progress(f"uploading {shipped}", "the job's working directory", "uploaded"):
-                jobs.client.submit_job(
-                    entrypoint=command,
-                    submission_id=submission,
-                    runtime_env=runtime_env(shipped),
-                    metadata={"rayflow.topology": name},
-                )
+            with tempfile.TemporaryDirectory(prefix="rayflow-submit-") as scratch:
+                # The placeholders' values travel as a package of their own, not on the job's
+                # command line, which Ray shows to anyone who lists jobs (``jobs.py``).
+                package = placeholder_package(given, Path(scratch), submission) if given else None
+                command = entrypoint(relative, package.name if package else None, inactive)
+                with progress(f"uploading {shipped}", "the job's working directory", "uploaded"):
+                    jobs.client.submit_job(
+                        entrypoint=command,
+                        submission_id=submission,
+                        runtime_env=runtime_env(shipped, package),
+                        metadata={"rayflow.topology": name},
+                    )
         except Exception as exc:
             _fail(refusal(exc))
         waiting_for = "its driver joins the cluster and places the task actors"

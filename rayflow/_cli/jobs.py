@@ -13,11 +13,18 @@ stops it cleanly on SIGTERM (``ray job stop``, ``rayflow kill``), with ``rayflow
 codes becoming the job's status. The topology file travels in the job's working directory
 (``runtime_env["working_dir"]``, uploaded as ``storm jar`` uploads the jar), so that the
 classes it names import on the cluster as they do here.
+
+The values of ``--set`` and ``--properties`` are not on that command line: Ray keeps a job's
+entrypoint and shows it to anyone who lists jobs (``ray job list``, the dashboard's Jobs page),
+and a placeholder may hold a password. They travel as a package of their own
+(``runtime_env["py_modules"]``, stored in the cluster as the working directory is), which the
+job's ``rayflow run --placeholders-from MODULE`` reads (``placeholder_package``).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import re
@@ -27,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RayflowError
-from .._urls import redact_url
 
 __all__ = [
     "SHIPPED_EXCLUDES",
@@ -37,8 +43,9 @@ __all__ = [
     "entrypoint",
     "jobs_client",
     "refusal",
+    "placeholder_package",
+    "read_placeholders",
     "runtime_env",
-    "secret_looking",
 ]
 
 SHIPPED_EXCLUDES = [".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".venv"]
@@ -158,27 +165,51 @@ def _agent_trouble() -> tuple[Path, str] | None:
     return (logs / "dashboard_agent.log", found[-1]) if found else None
 
 
-def runtime_env(working_dir: Path) -> dict[str, Any]:
-    return {"working_dir": str(working_dir), "excludes": SHIPPED_EXCLUDES}
+def runtime_env(working_dir: Path, placeholders: Path | None = None) -> dict[str, Any]:
+    env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": SHIPPED_EXCLUDES}
+    if placeholders is not None:
+        env["py_modules"] = [str(placeholders)]
+    return env
 
 
-def entrypoint(file: Path, placeholders: dict[str, str], inactive: bool) -> str:
+def entrypoint(file: Path, placeholders_module: str | None, inactive: bool) -> str:
     """The job's shell command: ``rayflow run`` of ``file`` (relative to the working directory),
-    its placeholders filled as they were here."""
+    its placeholders read from ``placeholders_module`` (``placeholder_package``), if any."""
     words = ["python", "-m", "rayflow", "run", file.as_posix(), "--address", "auto"]
-    for key, value in placeholders.items():
-        words += ["--set", f"{key}={value}"]
+    if placeholders_module is not None:
+        words += ["--placeholders-from", placeholders_module]
     if inactive:
         words.append("--inactive")
     return shlex.join(words)
 
 
-def secret_looking(placeholders: dict[str, str]) -> list[str]:
-    """The placeholders that look like secrets: those ``redact_url`` would hide something of
-    (a key named like a password or token, a URL with a password, a value naming one). The
-    entrypoint carries every placeholder, and Ray keeps and shows it (``ray job list``, the
-    dashboard's Jobs page), so ``rayflow submit`` warns of these."""
-    return sorted(key for key, value in placeholders.items() if redact_url(f"?{key}={value}") != f"?{key}={value}")
+_PLACEHOLDERS_FILE = "placeholders.json"
+
+
+def placeholder_package(placeholders: dict[str, str], directory: Path, submission: str) -> Path:
+    """Write ``placeholders`` into a package of their own under ``directory`` (a temporary
+    one): a module named after the submission, holding ``placeholders.json``. Shipped with
+    the job as a ``py_modules`` entry, it is importable by the job's driver and by nobody who
+    only lists jobs."""
+    name = "rayflow_placeholders_" + re.sub(r"[^A-Za-z0-9_]", "_", submission)
+    package = directory / name
+    package.mkdir()
+    (package / "__init__.py").write_text('"""The --set/--properties values of one rayflow submit."""\n')
+    (package / _PLACEHOLDERS_FILE).write_text(json.dumps(placeholders))
+    return package
+
+
+def read_placeholders(module: str) -> list[str]:
+    """The ``KEY=VALUE`` placeholders ``placeholder_package`` shipped in ``module``."""
+    from importlib import resources
+
+    try:
+        text = resources.files(module).joinpath(_PLACEHOLDERS_FILE).read_text()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise RayflowError(
+            f"the placeholders of this job ({module}) did not come with it ({exc}): submit it again"
+        ) from None
+    return [f"{key}={value}" for key, value in json.loads(text).items()]
 
 
 def _first_line(exc: BaseException) -> str:
