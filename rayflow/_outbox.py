@@ -185,8 +185,8 @@ class SpoutMail:
         return payload
 
 
-Unsendable = Callable[[BaseException, list[Any]], None]
-"""Told about each tuple dropped because its values would not pickle: the error, the values."""
+Unsendable = Callable[[BaseException, object], None]
+"""Told about each tuple dropped because its values would not pickle: the error, the values (a list, or what the user emitted in its place)."""
 
 
 class Outbox:

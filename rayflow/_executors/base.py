@@ -154,7 +154,7 @@ class Executor:
         return True
 
     # -- shared helpers -------------------------------------------------------------------------
-    def _unsendable(self, exc: BaseException, values: list[Any]) -> None:
+    def _unsendable(self, exc: BaseException, values: object) -> None:
         self.report_error(exc, f"emitted values that cannot be pickled (the tuple's trees fail): {values!r:.200}")
 
     def report_error(self, exc: BaseException, where: str) -> None:
