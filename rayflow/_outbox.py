@@ -186,7 +186,8 @@ class SpoutMail:
 
 
 Unsendable = Callable[[BaseException, object], None]
-"""Told about each tuple dropped because its values would not pickle: the error, the values (a list, or what the user emitted in its place)."""
+"""Told about each tuple dropped because its values would not pickle: the error, the values (a
+list, or whatever the user emitted in its place)."""
 
 
 class Outbox:
