@@ -417,6 +417,9 @@ class Handle:
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self._metrics
 
+    def task_metrics(self) -> dict[int, dict[str, Any]]:
+        return {}  # the run's table is the subject here; the tasks' view has tests of its own (test_cli.py)
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._done
 
