@@ -182,11 +182,14 @@ def running_topologies() -> dict[str, Any]:
 
 
 def find(name: str) -> Any | None:
-    """``rayflow:<name>``, or ``None`` when no topology of that name runs."""
+    """``rayflow:<name>``, or ``None`` when no topology of that name runs. The namespace holds
+    other named actors of rayflow's too (the Spark sink's shared Spark and batch-id counter):
+    only a topology's control answers ``ask`` and ``describe``."""
     try:
-        return ray.get_actor(name, namespace=NAMESPACE)
+        handle = ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         return None
+    return handle if hasattr(handle, "ask") and hasattr(handle, "describe") else None
 
 
 def _describe_quietly(control: Any | None) -> dict[str, Any] | None:
