@@ -32,6 +32,13 @@ class TopologyContext:
         self._component_tasks = tasks
 
     @property
+    def this_task_index(self) -> int:
+        """This task's place among its component's tasks (0, 1, ...), Storm's
+        ``getThisTaskIndex``: unlike the task id, it does not move when another component's
+        parallelism changes, so what a task keeps across a resume is kept under it."""
+        return self._component_tasks[self.this_component_id].index(self.this_task_id)
+
+    @property
     def component_ids(self) -> list[str]:
         return sorted(c for c in self._component_tasks if not c.startswith("__"))
 

@@ -78,9 +78,9 @@ class SpoutExecutor(Emitter):
         self._cut: SpoutCut | None = None
         """Exactly-once: this task's share of each checkpoint (``_exactly_once``)."""
         if exactly_once(self.conf) and self.component_id != CHECKPOINT_COMPONENT:
-            tasks = self.context.get_component_tasks(self.component_id)
-            index = tasks.index(self.task_id)
-            self._cut = SpoutCut(self.spout, self.conf.to_conf(), self.component_id, index, len(tasks))
+            context = self.context
+            tasks = len(context.get_component_tasks(self.component_id))
+            self._cut = SpoutCut(self.spout, self.conf.to_conf(), self.component_id, context.this_task_index, tasks)
         stateful = self.topology.stateful and self._cut is None
         self._checkpointer = self._coordinator if stateful and self.max_pending else None
         """The checkpoint spout's task, asked for a checkpoint when half the pending budget is

@@ -80,8 +80,7 @@ class TwoPhaseCommitAdapter(BoltKind):
         # By the task's index among its component's tasks, not its id: a topology resumed with
         # another component rescaled moves the ids, and a restarted task must find its own
         # pre-committed transactions, not a sibling's.
-        index = context.get_component_tasks(context.this_component_id).index(context.this_task_id)
-        sink._transaction_prefix = namespace(conf, context.this_component_id, index)
+        sink._transaction_prefix = namespace(conf, context.this_component_id, context.this_task_index)
         sink.prepare(conf, context, collector)
 
     def cleanup(self) -> None:

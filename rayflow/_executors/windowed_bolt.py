@@ -150,11 +150,8 @@ class WindowedBoltAdapter(BoltKind):
             self.exactly_once = True
             self.initialized = False
             self.execute = self._wait  # type: ignore[method-assign]
-            tasks = context.get_component_tasks(context.this_component_id)
-            self.parallelism = len(tasks)
-            self.namespace = namespace(
-                topology_name(conf), context.this_component_id, tasks.index(context.this_task_id)
-            )
+            self.parallelism = len(context.get_component_tasks(context.this_component_id))
+            self.namespace = namespace(topology_name(conf), context.this_component_id, context.this_task_index)
             self.provider = task_provider(conf)
         self.user_component.prepare(conf, context, self.collector)
 

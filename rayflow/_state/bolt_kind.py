@@ -129,7 +129,7 @@ class StatefulBoltAdapter(BoltKind):
         component, name = context.this_component_id, topology_name(conf)
         self.layout = layout_of(self._task.topology, component)
         self._layout_ns = layout_namespace(name, component)
-        self.index = context.get_component_tasks(component).index(context.this_task_id)
+        self.index = context.this_task_index
         if self.layout.keyed:
             self.groups = owned_groups(self.index, self.layout.parallelism, self.layout.max_parallelism)
             self.namespaces = [group_namespace(name, component, g) for g in self.groups]
