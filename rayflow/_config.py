@@ -94,6 +94,12 @@ class Config(BaseModel):
     max_task_restarts: int = Field(-1, ge=-1, alias="rayflow.task.max.restarts")
     """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
 
+    chaining: bool = Field(True, alias="rayflow.chaining")
+    """Run a bolt fed one-to-one by its upstream (``shuffle`` or ``local_or_shuffle`` from one
+    component with as many tasks) in its upstream's process, tuples passed by a call instead of
+    a socket (``rayflow/_chaining.py``). Set ``False`` in the topology's config to chain
+    nothing, or in a component's own config to keep that component out of any chain."""
+
     # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
     batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")
     """Tuples per batch sent to one task: a batch is sent as soon as it is full."""

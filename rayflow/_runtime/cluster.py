@@ -13,6 +13,7 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from .._chaining import chain_plan
 from .._config import Config
 from .._errors import RayflowError, TopologyError
 from .._exactly_once.wiring import with_guarantee
@@ -98,7 +99,8 @@ def submit_topology(
     """Start ``topology`` on the Ray cluster this process is connected to.
 
     Every task becomes an actor holding its own copy of its component, spread over the
-    cluster's nodes; a task whose actor dies is started again (see ``Supervisor``). With
+    cluster's nodes, except a task chained to another, which runs in the other's actor
+    (``rayflow/_chaining.py``); a task whose actor dies is started again (see ``Supervisor``). With
     ``active=False`` the spouts are not opened until ``handle.activate()``.
 
     Other processes find it by ``name`` (``rayflow list``, ``rayflow kill``: see ``control.py``);
@@ -121,7 +123,11 @@ def submit_topology(
     _ship_user_code_by_value(topology)
     _check_picklable(topology)
     layout = topology.task_layout(config.ackers)
-    placement = Placement(name, topology, config, layout)
+    chains = chain_plan(topology, config, layout)
+    topology = chains.topology
+    own_actors = {task: component for task, component in layout.items() if task not in chains.hosts}
+    """The tasks that get an actor: all but those chained to another (they run in its actor)."""
+    placement = Placement(name, topology, config, own_actors)
     placement.check()  # what the cluster can never hold is refused before anything starts
     control = reserve(name, len(layout), config.message_timeout_secs)  # refuses a name that runs already
     shared = ray.put(topology)
@@ -131,7 +137,9 @@ def submit_topology(
 
     def make_actor(task: int) -> Any:  # every start of a task gets a fresh certificate and its resources
         options = placement.options(task, nodes)
-        return _RemoteTaskActor.options(**options).remote(shared, config, task, layout, keys.issue(task))
+        return _RemoteTaskActor.options(**options).remote(
+            shared, config, task, layout, keys.issue(task), chains.guests(task)
+        )
 
     try:
         started = placement.start(make_actor, nodes)  # what waits for resources is the supervisor's to start
@@ -148,7 +156,7 @@ def submit_topology(
     spouts = {s.id for s in topology.spouts}
     supervisor = Supervisor(
         name,
-        layout,
+        own_actors,
         actors,
         nodes,
         addresses,
@@ -160,7 +168,7 @@ def submit_topology(
     for task, (actor, listen) in started.waiting.items():
         supervisor.adopt(task, actor, listen)
     supervisor.start()
-    handle = TopologyHandle(name, supervisor, layout, spouts)
+    handle = TopologyHandle(name, supervisor, layout, spouts, chains.hosts)
     handle.control = ControlLink(control, handle, sorted(spouts), lambda: supervisor.active)
     handle.control.start()
     if active:

@@ -35,10 +35,20 @@ ANSWER_TIMEOUT_SECS = 2.0
 
 
 class TopologyHandle:
-    def __init__(self, name: str, supervisor: Supervisor, layout: dict[int, str], spout_ids: set[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        supervisor: Supervisor,
+        layout: dict[int, str],
+        spout_ids: set[str],
+        hosts: dict[int, int] | None = None,
+    ) -> None:
         self.name = name
         self._supervisor = supervisor
         self._layout = layout
+        self._hosts = dict(hosts or {})
+        """Each chained task -> the task whose actor runs it (``rayflow/_chaining.py``); the
+        supervisor keeps that actor, so what it knows of a chained task is its host's."""
         self._spout_tasks = [t for t, c in layout.items() if c in spout_ids]
         self._last: dict[int, dict[str, Any]] = {}
         self.killed = False
@@ -49,10 +59,16 @@ class TopologyHandle:
     def __repr__(self) -> str:
         return f"TopologyHandle({self.name!r}, tasks={len(self._layout)}, killed={self.killed})"
 
-    def _ask(self, tasks: list[int], method: str) -> dict[int, Any]:
-        """Call ``method`` on each task's actor; the answers of those that answered in time."""
+    def _ask(self, tasks: list[int], method: str, *, per_task: bool = False) -> dict[int, Any]:
+        """Call ``method`` on each task's actor (``per_task``: with the task's id, which a
+        chained task's host needs); the answers of those that answered in time."""
         actors = self._supervisor.actors  # a task Ray is still placing has none yet
-        refs = {getattr(actors[t], method).remote(): t for t in tasks if t in actors}
+        refs = {}
+        for task in tasks:
+            host = self._hosts.get(task, task)
+            if host in actors:
+                call = getattr(actors[host], method)
+                refs[call.remote(task) if per_task else call.remote()] = task
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_TIMEOUT_SECS)
         answers: dict[int, Any] = {}
         for ref in ready:
@@ -118,14 +134,19 @@ class TopologyHandle:
         ``gpu_ids`` (``ray.get_gpu_ids()`` in its process), and ``state``: ``running``,
         ``not answering``, ``starting`` or ``restarting`` (its actor is being started),
         ``waiting for resources`` (being started, and Ray reports it cannot place it for want
-        of them: taken by others, or a node an autoscaler is adding) or ``given up``."""
-        answers = self._ask(list(self._layout), "metrics")
+        of them: taken by others, or a node an autoscaler is adding) or ``given up``.
+
+        ``host``: the task whose actor runs it, itself unless it is chained to another
+        (``rayflow/_chaining.py``); a chained task shares its host's process, node, restarts
+        and state, and its frames in and out are counted on its host."""
+        answers = self._ask(list(self._layout), "metrics", per_task=True)
         supervisor = self._supervisor
-        states = supervisor.task_states(set(answers))
+        states = supervisor.task_states({self._hosts.get(task, task) for task in answers})
         out: dict[int, dict[str, Any]] = {}
         for task, component in self._layout.items():
             snap = answers.get(task)
-            alive = snap is not None and task not in supervisor.dead
+            host = self._hosts.get(task, task)
+            alive = snap is not None and host not in supervisor.dead
             if snap is not None:
                 self._last[task] = snap
             else:
@@ -134,12 +155,13 @@ class TopologyHandle:
                 **snap,
                 "component": component,
                 "alive": alive,
-                "restarts": supervisor.restarts[task],
-                "node_id": supervisor.nodes.get(task, snap.get("node_id")),
-                "node_ip": address[0] if (address := supervisor.addresses.get(task)) else None,
-                "resources": supervisor.placement.request(task) if supervisor.placement else {},
+                "restarts": supervisor.restarts[host],
+                "node_id": supervisor.nodes.get(host, snap.get("node_id")),
+                "node_ip": address[0] if (address := supervisor.addresses.get(host)) else None,
+                "resources": supervisor.placement.request(host) if supervisor.placement else {},
                 "gpu_ids": snap.get("gpu_ids", []),
-                "state": states[task],
+                "state": states[host],
+                "host": host,
             }
         return out
 

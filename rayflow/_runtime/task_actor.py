@@ -17,6 +17,10 @@ streams between the actors (``streams.py``), not as Ray calls. What runs here:
   actor died; ``replace``, which points this task at a peer's restarted actor, and ``give_up``,
   which stops it sending to a peer the supervisor will not restart;
 - ``next_logs``, a long poll that returns what rayflow logged in this process (``task_logs.py``).
+
+The tasks chained to this one (``rayflow/_chaining.py``) run here too, each with its own
+executor: they get their data from this actor's executors by a call (``chain_link.py``), never
+from the streams, and they go where this actor goes, restarts included.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ import ray
 from .._config import Config
 from .._context import TopologyContext
 from .._executors import Executor, make_executor
+from .._outbox import Outbox
 from .._topology import Topology
+from .chain_link import ChainLink, ChainOutboxes
 from .stream_keys import TaskKeys
 from .streams import CONTROL, Address, Listener, ListenError, data_credit_group
 from .task_logs import LogBatch, install
@@ -61,13 +67,23 @@ default threshold (700) the cycle collector ran thousands of times a second for 
 
 
 class TaskActor:
-    def __init__(self, topology: Topology, conf: Config, task_id: int, layout: dict[int, str], keys: TaskKeys) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        conf: Config,
+        task_id: int,
+        layout: dict[int, str],
+        keys: TaskKeys,
+        guests: list[int] | None = None,
+    ) -> None:
         self._topology = topology
         self._conf = conf
         self._task_id = task_id
         self._layout = layout
         self._keys = keys
         """This task's certificate and key for its streams (``stream_keys.py``)."""
+        self._guests = list(guests or [])
+        """The tasks chained to this one (``rayflow/_chaining.py``), run here too, upstream first."""
         self._given_up: set[int] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
@@ -112,16 +128,13 @@ class TaskActor:
             ) from None
         return self._node_id, (node_ip if ipaddress.ip_address(host).is_unspecified else host, port)
 
-    async def connect(
-        self, addresses: dict[int, Address], task_nodes: dict[int, str], restarted: bool = False
-    ) -> None:
-        """Build the executor once every task listens, start it and its loops. ``restarted``:
-        this actor takes over a task that died, or joins after the rest of the topology
-        started (the supervisor's restarts)."""
+    async def connect(self, addresses: dict[int, Address], task_nodes: dict[int, str], restarted: bool = False) -> None:
+        """Build the executor once every task listens (and those of the tasks chained to this
+        one), start them and their loops. ``restarted``: this actor takes over a task that
+        died, or joins after the rest of the topology started (the supervisor's restarts)."""
         self._data_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._has_data = asyncio.Event()
-        context = TopologyContext(self._task_id, self._layout, self._topology.stream_fields(), task_nodes)
         conf = self._conf
         self._transport = StreamTransport(
             addresses,
@@ -133,17 +146,31 @@ class TaskActor:
         )
         for task in self._given_up:
             self._transport.give_up(task)
-        executor = make_executor(self._topology, conf, context, self._transport)
-        executor.restarted = restarted
-        executor.flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
+        task_nodes = {**task_nodes, **dict.fromkeys(self._guests, self._node_id)}
+        link = ChainLink(self._transport) if self._guests else self._transport
+        executors: dict[int, Executor] = {}
+        for task in [self._task_id, *self._guests]:
+            context = TopologyContext(task, self._layout, self._topology.stream_fields(), task_nodes)
+            executors[task] = make_executor(self._topology, conf, context, link)
+            executors[task].restarted = restarted
+            executors[task].flush_after_receive = False  # ``_execute_inbox`` sends data batches itself
+        self._executors = executors
+        executor = executors[self._task_id]
         self._executor: Executor = executor
+        if isinstance(link, ChainLink):
+            link.local.update((task, each) for task, each in executors.items() if each is not executor)
+            self._outbox: Outbox | ChainOutboxes = ChainOutboxes([each.outbox for each in executors.values()])
+        else:
+            self._outbox = executor.outbox
         self._running = True
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
         self._control_linger = executor.conf.control_linger_ms / 1000.0
-        executor.start()
-        for period, action in executor.timers():
-            self._start(self._every(period, action))
+        for each in executors.values():
+            each.start()
+        for each in executors.values():
+            for period, action in each.timers():
+                self._start(self._every(period, action))
         if executor.is_source:
             self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
         self._start(self._execute_inbox())
@@ -154,7 +181,8 @@ class TaskActor:
     def replace(self, task: int, address: Address) -> None:
         """Task ``task`` was restarted and listens at ``address``: send to it from now on."""
         self._transport.replace(task, address)
-        self._executor.peer_restarted(task)
+        for executor in self._executors.values():
+            executor.peer_restarted(task)
         if self._executor.is_source:
             self._wake.set()  # what the hook emitted goes out now
         else:
@@ -192,7 +220,7 @@ class TaskActor:
         """Execute data frames in arrival order. While more frames wait, what one produced
         joins theirs and the last of them sends it (fan-out would otherwise multiply small
         frames)."""
-        inbox, executor, has_data = self._inbox, self._executor, self._has_data
+        inbox, executor, has_data, outbox = self._inbox, self._executor, self._has_data, self._outbox
         while self._running:
             if not inbox:
                 has_data.clear()
@@ -205,7 +233,7 @@ class TaskActor:
                 except Exception:
                     logger.exception("task %d: a data frame could not be executed", self._task_id)
                 if not inbox:
-                    executor.outbox.flush_data()
+                    outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()
             finished()
@@ -216,7 +244,7 @@ class TaskActor:
 
         So a quiet topology sends every message straight away, and a busy one sends at most
         one control frame per ``control_linger``: one frame carries the acks of many batches."""
-        outbox = self._executor.outbox
+        outbox = self._outbox
         if self._flush_due or outbox.is_empty():
             return
         wait = self._control_linger - (time.monotonic() - self._flushed)
@@ -229,7 +257,7 @@ class TaskActor:
     def _flush_now(self) -> None:
         self._flush_due = False
         self._flushed = time.monotonic()
-        self._executor.outbox.flush()
+        self._outbox.flush()
 
     async def activate(self) -> None:
         self._executor.activate()
@@ -237,11 +265,18 @@ class TaskActor:
 
     async def deactivate(self) -> None:
         self._executor.deactivate()
-        self._executor.outbox.flush()
+        self._outbox.flush()
 
-    async def metrics(self) -> dict[str, Any]:
-        snap = self._executor.snapshot()
-        snap.update(calls_in=self._calls_in, calls_out=self._transport.calls, pid=os.getpid(), node_id=self._node_id)
+    async def metrics(self, task: int | None = None) -> dict[str, Any]:
+        """The counters of this actor's task, or of ``task``, one chained to it (whose frames
+        in and out are its host's)."""
+        if task is None or task == self._task_id:
+            snap = self._executor.snapshot()
+            snap.update(calls_in=self._calls_in, calls_out=self._transport.calls)
+        else:
+            snap = self._executors[task].snapshot()
+            snap.update(calls_in=0, calls_out=0)
+        snap.update(pid=os.getpid(), node_id=self._node_id)
         snap["gpu_ids"] = self._gpu_ids
         return snap
 
@@ -275,7 +310,9 @@ class TaskActor:
         if not hasattr(self, "_executor"):
             return
         async with self._data_lock:
-            self._executor.close()
+            for executor in self._executors.values():  # the host first: its last batches reach the others
+                executor.close()
+            self._outbox.flush()
         self._transport.close()
 
     # -- background loops ---------------------------------------------------------------------
@@ -286,7 +323,7 @@ class TaskActor:
         otherwise make one small call per turn); when it may not emit (inactive, exhausted, or
         the pending budget spent), everything waiting goes out at once."""
         executor = self._executor
-        outbox = executor.outbox
+        outbox = self._outbox
         clock = time.monotonic
         data_sent = control_sent = clock()
         idle = SPOUT_IDLE_SECS[0]
@@ -334,6 +371,6 @@ class TaskActor:
             async with self._data_lock:
                 action()
                 if not self._inbox:
-                    self._executor.outbox.flush_data()
+                    self._outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()

@@ -91,6 +91,8 @@ def _topology(spout: Any, archive: Path, ledger: str | None) -> Any:
     if ledger is not None:
         builder.set_bolt("ledger", PostgresSink(POSTGRES_URL, ledger, ["n"])).shuffle_grouping("number")
     return builder.create_topology()
+
+
 DEADLINE_SECS = 300.0
 
 
