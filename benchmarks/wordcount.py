@@ -6,7 +6,8 @@ Not a test: run it on a quiet machine.
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
 whose bolts rayflow runs here). rayflow runs spout -> split (shuffle) -> count (fields on word),
-1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep) and, 1 x 1, with ``ackers=0``.
+1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep) and, 1 x 1, with ``ackers=0``
+and with chaining off (1 x 1 chains the split to the spout: ``rayflow/_chaining.py``).
 bytewax runs the same split and count (``flat_map`` then a keyed ``stateful_map``) without any
 acking, on one worker in this process and on a cluster of 2 worker processes
 (``--bytewax-workers``). All of them run ``--rounds`` times, interleaved, and each is reported
@@ -324,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     sweep = sorted({1, *args.tasks})
-    rayflow_keys = [f"{n}x{n}" for n in sweep] + ["ackers0"]
+    rayflow_keys = [f"{n}x{n}" for n in sweep] + ["unchained", "ackers0"]
     bytewax_keys = [f"bytewax{w}" for w in args.bytewax_workers]
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in rayflow_keys + bytewax_keys}
     with LocalCluster() as cluster:
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         # round (bytewax 2, ackers=0, bytewax 1, 1 x 1, 2 x 2, 4 x 4, then back): 1 x 1 always
         # runs next to bytewax 1 and to 2 x 2, and a machine slowing down through a round
         # favours none.
-        order = [*bytewax_keys[1:], "ackers0", *bytewax_keys[:1], *rayflow_keys[:-1]]
+        order = [*bytewax_keys[1:], "ackers0", *bytewax_keys[:1], *rayflow_keys[:-2], "unchained"]
         for round_ in range(args.rounds):
             for key in order if round_ % 2 == 0 else reversed(order):
                 if key.startswith("bytewax"):
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                 elif key == "ackers0":
                     run = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
+                elif key == "unchained":
+                    unchained = {**tuning, "chaining": False}
+                    run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=unchained)
                 else:
                     tasks = int(key.split("x")[0])
                     run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=tasks)
@@ -349,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         results["tasks"] = {str(n): _median(runs[f"{n}x{n}"]) for n in sweep}
         results["reliable"] = results["tasks"]["1"]
         results["unreliable"] = _median(runs["ackers0"])
+        results["unchained"] = _median(runs["unchained"])
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
         results["half_rate"] = run_rayflow(
@@ -367,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     # The ratios the targets are about are medians of per-round ratios, each of two runs made
     # in the same round: a shared box's speed drifts by a third within minutes, which a ratio
     # of two medians (taken from different moments) would carry.
-    paired: dict[str, dict[str, Any]] = {"reliable_vs_unreliable": paired_ratio(runs["1x1"], runs["ackers0"])}
+    paired: dict[str, dict[str, Any]] = {
+        "reliable_vs_unreliable": paired_ratio(runs["1x1"], runs["ackers0"]),
+        "chained_vs_unchained": paired_ratio(runs["1x1"], runs["unchained"]),
+    }
     for key in bytewax_keys:
         if runs[key]:
             workers = key[len("bytewax") :]
@@ -385,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     labels = {
         **{f"{n}x{n}": f"acking, {n} split x {n} count" for n in sweep},
+        "unchained": "acking, 1 x 1, not chained",
         "ackers0": "rayflow, ackers=0 (1 x 1)",
         **{f"bytewax{w}": f"bytewax 0.21, {w} worker{'s' if w > 1 else ''}" for w in args.bytewax_workers},
     }

@@ -4,7 +4,8 @@ How the package stacks, bottom up:
 
     plain Python, no Ray      _errors, _suggest, _dotted, _urls, _pending, _config, _resources
                               (what a component asks of the cluster), _tuple, _components,
-                              _context, _groupings, _topology, _acking/ (its edge ids and ledger
+                              _context, _groupings, _topology, _chaining (which bolts run
+                              in their upstream's actor), _acking/ (its edge ids and ledger
                               here, its executor with the executors), _rotating_map, _outbox,
                               _router, _collectors, _metrics, _state/ (its stateful bolt kind
                               with the executors), _exactly_once/, _windows/, _executors/,

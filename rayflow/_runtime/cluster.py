@@ -164,6 +164,10 @@ def submit_topology(
         lambda task: layout[task] in spouts,
         config.max_task_restarts,
         placement,
+        {
+            host: ", ".join(f"task {t} ({layout[t]!r})" for t in chains.guests(host))
+            for host in set(chains.hosts.values())
+        },
     )
     for task, (actor, listen) in started.waiting.items():
         supervisor.adopt(task, actor, listen)

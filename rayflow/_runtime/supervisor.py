@@ -151,6 +151,7 @@ class Supervisor:
         is_spout: Callable[[int], bool],
         max_restarts: int,
         placement: Placement | None = None,
+        chained: dict[int, str] | None = None,
     ) -> None:
         self.name = name
         self._layout = layout
@@ -162,6 +163,9 @@ class Supervisor:
         self._max_restarts = max_restarts
         self.placement = placement
         """What each task asks of the cluster, and which wait for it (``None``: not known)."""
+        self._chained = dict(chained or {})
+        """Each task that runs others chained to it -> what they are, for the log lines: they die
+        and come back with it (``rayflow/_chaining.py``)."""
         self.restarts = dict.fromkeys(layout, 0)
         self.dead: dict[int, str] = {}
         """Tasks dead now (restarting, or given up on), with the cause."""
@@ -236,7 +240,8 @@ class Supervisor:
     def describe(self, task: int) -> str:
         component = self._layout[task]
         kind = "acker" if component == ACKER_COMPONENT else ("spout" if self._is_spout(task) else "bolt")
-        return f"task {task} ({kind} {component!r})"
+        chained = f", with {self._chained[task]} chained to it" if task in self._chained else ""
+        return f"task {task} ({kind} {component!r}{chained})"
 
     # -- what the tasks log --------------------------------------------------------------------
     def _ask_for_logs(self, task: int, actor: Any) -> None:
