@@ -1,10 +1,11 @@
 """The executors alone: word count through the real executors and the real wire format, no Ray.
 
-    python benchmarks/inprocess.py [--sentences N] [--runs R] [--profile]
+    python benchmarks/inprocess.py [--sentences N] [--runs R] [--profile] [--no-chaining]
 
 Every task of spout -> split (shuffle) -> count (fields on word), acking on with one acker, is
 built as the runtime builds it, and every payload is pickled by its sender and unpickled by its
-receiver exactly as ``StreamTransport`` and ``TaskActor`` do. What is left out is only the stream
+receiver exactly as ``StreamTransport`` and ``TaskActor`` do -- but for a task chained to its
+sender (1 x 1: the split, unless ``--no-chaining``), which is handed the payload as it is. What is left out is only the stream
 itself. Deliveries follow the runtime's order: control (acker traffic) ahead of data, the spout
 emitting bursts while its pending budget allows. The figure is CPU microseconds
 (``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from examples.wordcount import SENTENCES, SplitSentence, WordCount  # noqa: E402
 from rayflow import Config, Spout, TopologyBuilder  # noqa: E402
+from rayflow._chaining import chain_plan  # noqa: E402
 from rayflow._context import TopologyContext  # noqa: E402
 from rayflow._executors import make_executor  # noqa: E402
 from rayflow._topology import Topology  # noqa: E402
@@ -88,13 +90,19 @@ def wordcount(sentences: int, split: int = 1, count: int = 1) -> Topology:
 
 
 class PickleLink:
-    """The wire: every payload pickled (protocol 5) on send and queued for its destination."""
+    """The wire: every payload pickled (protocol 5) on send and queued for its destination;
+    a payload to a chained task (``local``) handed to it at once, as ``ChainLink`` does."""
 
     def __init__(self, data: deque[tuple[int, bytes]], control: deque[tuple[int, bytes]]) -> None:
         self._data = data
         self._control = control
+        self.local: dict[int, Any] = {}
 
     def send_data(self, dest: int, payload: Any) -> None:
+        executor = self.local.get(dest)
+        if executor is not None:
+            executor.receive(payload)
+            return
         self._data.append((dest, pickle.dumps(payload, protocol=5)))
 
     def send_control(self, dest: int, payload: Any) -> None:
@@ -114,11 +122,16 @@ class Run:
         self.control: deque[tuple[int, bytes]] = deque()
         link = PickleLink(self.data, self.control)
         layout = topology.task_layout(self.conf.ackers)
+        plan = chain_plan(topology, self.conf, layout)  # as the runtime runs it
+        topology = plan.topology
         self.executors: dict[int, Any] = {}
         for task in layout:
             context = TopologyContext(task, layout, topology.stream_fields())
             self.executors[task] = make_executor(copy.deepcopy(topology), self.conf, context, link)
         self.spouts = [e for e in self.executors.values() if e.kind == "spout"]
+        link.local.update((task, self.executors[task]) for task in plan.hosts)
+        self.order = [e for task, e in self.executors.items() if task not in plan.hosts]
+        self.order += [self.executors[task] for task in plan.hosts]  # a chained task flushes after its host
         for executor in self.executors.values():
             executor.start()
             executor.activate()
@@ -135,7 +148,7 @@ class Run:
                 dest, payload = data.popleft()
                 executors[dest].receive(pickle.loads(payload))
                 continue
-            for executor in executors.values():
+            for executor in self.order:
                 executor.outbox.flush()
             if not (control or data):
                 return
@@ -150,6 +163,8 @@ class Run:
                         break
                     moved = True
                 spout.outbox.flush()
+                for executor in self.order:  # what the spout's flush handed a chained task
+                    executor.outbox.flush()
             self.drain()
             if not moved and all(s.finished for s in spouts):
                 return
@@ -177,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=1, help="count tasks")
     parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one run instead")
+    parser.add_argument("--no-chaining", action="store_true", help="rayflow.chaining off")
     args = parser.parse_args(argv)
-    conf = {"max_spout_pending": args.max_pending}
+    conf = {"max_spout_pending": args.max_pending, "chaining": not args.no_chaining}
     if args.profile:
         run = Run(args.sentences, args.split, args.count, conf)
         gc.freeze()
@@ -189,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     figures = [measure(args.sentences, args.split, args.count, conf) for _ in range(args.runs)]
     print(
-        f"in-process word count ({args.split} split x {args.count} count, 1 acker, pickled): "
+        f"in-process word count ({args.split} split x {args.count} count, 1 acker, pickled"
+        f"{', not chained' if args.no_chaining else ''}): "
         f"best {min(figures):.2f} us/word, median {statistics.median(figures):.2f} us/word "
         f"({1e6 / min(figures):,.0f} words/s of one core)"
     )
