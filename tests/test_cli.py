@@ -26,10 +26,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from rayflow._cli import MEANING, ExitCode, app, console, flow_order
-from rayflow._cli.commands import show_debug_log
+from rayflow._cli.commands import _actors, show_debug_log
 from rayflow._cli.monitor import Monitor, task_view
 from rayflow.topology_file import load_topology
-from rayflow.topology_file._drawing import to_dot, to_mermaid
+from rayflow.topology_file._drawing import CHAIN_LABEL, to_dot, to_mermaid
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "topology_file_corpus").glob("*.yaml"))
@@ -54,6 +54,22 @@ BOUNDED = """\
       - {from: words, to: upper, grouping: {type: shuffle}}
       - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
 """
+
+CHAINED = """\
+    name: chained
+    config: {rayflow.chaining: true}
+    spouts:
+      - {id: words, class: tests.topology_file_components.WordSpout, kwargs: {words: [a, b], rounds: 1}}
+    bolts:
+      - {id: upper, class: tests.topology_file_components.Upper}
+      - {id: count, class: tests.topology_file_components.Count}
+      - {id: tail, class: tests.topology_file_components.Count, parallelism: 2}
+    streams:
+      - {from: words, to: upper, grouping: {type: shuffle}}
+      - {from: upper, to: count, grouping: {type: local_or_shuffle}}
+      - {from: upper, to: tail, grouping: {type: shuffle}}
+"""
+"""words -> upper -> count run chained, in words' process (one task each); tail has two tasks."""
 
 ENDLESS = """\
     name: endless
@@ -199,6 +215,46 @@ class TestGraph:
         assert result.returncode == 1
         assert "needs Graphviz's `dot` program, which is not on PATH" in " ".join(result.stderr.split())
         assert not output.exists()
+
+    def test_a_chain_is_boxed_and_its_links_bold(self, topology_file) -> None:
+        source = to_dot(load_topology(topology_file(CHAINED)).topology, "chained").source
+        box = source[source.index("subgraph cluster_chain_") : source.index("}")]
+        assert f'label="{CHAIN_LABEL}"' in box and "dashed" in box
+        boxed = [line.split()[0] for line in box.splitlines()[2:] if line.strip()]
+        assert boxed[0] == "words" and sorted(boxed[1:]) == ["count", "upper"]  # the host first
+        assert 'words -> upper [label=" shuffle, chained " color="#222222" style=bold]' in source
+        assert 'upper -> count [label=" local_or_shuffle, chained "' in source
+        assert 'upper -> tail [label=" shuffle "]' in source
+
+    def test_mermaid_draws_a_chain_as_a_dashed_subgraph_and_thick_links(self, topology_file) -> None:
+        text = to_mermaid(load_topology(topology_file(CHAINED)).topology, "chained")
+        assert f'    subgraph chain0 ["{CHAIN_LABEL}"]' in text and "    style chain0 stroke-dasharray: 5 5" in text
+        assert '==>|"shuffle, chained"|' in text and '==>|"local_or_shuffle, chained"|' in text
+        assert '-->|"shuffle"|' in text
+
+    def test_the_config_decides_what_is_drawn_chained(self, topology_file) -> None:
+        """Off for the topology (the file's config, or ``conf``), or for one component: not
+        chained; the old call without a config draws with the default one."""
+        off = topology_file(CHAINED.replace("rayflow.chaining: true", "rayflow.chaining: false"))
+        assert ", chained" not in invoke("graph", str(off))[1]
+        loaded = load_topology(topology_file(CHAINED))
+        assert ", chained" not in to_dot(loaded.topology, "x", {"rayflow.chaining": False}).source
+        assert ", chained" in to_dot(loaded.topology, "x").source
+        on = invoke("graph", str(topology_file(CHAINED)))[1]
+        assert on.count(", chained") == 2 and "cluster_chain_" in on
+        count_off = CHAINED.replace("Count}", "Count, config: {rayflow.chaining: false}}", 1)
+        text = to_mermaid(load_topology(topology_file(count_off)).topology, "chained")
+        assert text.count(", chained") == 1 and '-->|"local_or_shuffle"|' in text
+
+    def test_chained_is_what_runs_when_the_caller_knows_it(self, topology_file) -> None:
+        topology = load_topology(topology_file(CHAINED)).topology
+        source = to_dot(topology, "x", chained={"count": "upper"}).source
+        assert source.count(", chained") == 1 and 'upper -> count [label=" local_or_shuffle, chained "' in source
+
+    def test_the_run_says_how_many_actors_carry_the_tasks(self, topology_file) -> None:
+        """Chained tasks run in their hosts' actors: 5 tasks and an acker in 4 actors."""
+        assert _actors(load_topology(topology_file(CHAINED))) == "6 tasks in 4 actors"
+        assert _actors(load_topology(topology_file(BOUNDED), {"rounds": "1"})) == "5 task actors"
 
     @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
     @pytest.mark.parametrize("suffix", [".svg", ".png"])

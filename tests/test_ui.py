@@ -30,6 +30,7 @@ from rayflow._cli import app
 from rayflow._metrics import TaskMetrics
 from rayflow._ui import UiServer
 from rayflow._ui._recorder import Poll, history_point, new_errors
+from rayflow.topology_file._drawing import CHAIN_LABEL
 
 from .conftest import eventually
 from .ui_helpers import WORDCOUNT_YAML, FakeHandle, get, get_json, post, task, wordcount
@@ -129,6 +130,29 @@ class TestPageAndHandle:
             page.close()
         assert {k: tasks["1"][k] for k in ("state", *where)} == {"state": "running", **where}
         assert tasks["2"]["state"] == "waiting for resources"
+
+    @pytest.mark.parametrize("chained", [True, False], ids=["chained", "not chained"])
+    def test_the_page_shows_a_chain_as_the_tasks_run_it(self, chained: bool) -> None:
+        """Each task's ``host``, and the graph's chain, read off the hosts: sentences -> split
+        (shuffle, one task each) is chained by default, but the page draws what runs."""
+        handle = FakeHandle("chain")
+        components = {1: ("sentences", "spout"), 2: ("split", "bolt"), 3: ("count", "bolt")}
+        hosts = {1: 1, 2: 1 if chained else 2, 3: 3}
+        extra = {"spout": {"pending": 0, "exhausted": False}, "bolt": {"pending": 0}}
+        handle.tasks = {
+            t: {**task(TaskMetrics(c, k), t, **extra[k]), "host": hosts[t]} for t, (c, k) in components.items()
+        }
+        page = UiServer(ray_metrics=False, poll_secs=0.05).serve(handle, wordcount(split=1))
+        try:
+            tasks = get_json(page.url + "api/metrics")["tasks"]
+            status, svg = get(page.url + "api/graph.svg")
+        finally:
+            page.close()
+        assert {t: m["host"] for t, m in tasks.items()} == {str(t): h for t, h in hosts.items()}
+        if status == 503:
+            pytest.skip("Graphviz's dot is not installed")
+        assert status == 200 and b"fields(word)" in svg
+        assert (b"shuffle, chained" in svg) is chained and (CHAIN_LABEL.encode() in svg) is chained
 
     def test_a_killed_topology_has_no_page(self) -> None:
         handle = FakeHandle("gone")

@@ -3,13 +3,14 @@ Debian's chromedriver (the same version: no driver download, no internet).
 
 A word count runs on the session's Ray with its page served, each split task on one of the
 session's GPUs. The page's spout counter grows; each task's row shows its state, node,
-resources and GPU ids as ``task_metrics()`` gives them; Kill asks first, and dismissing the
-question changes nothing; Deactivate asks, and once accepted the page shows the topology
+resources, GPU ids and host as ``task_metrics()`` gives them; Kill asks first, and dismissing
+the question changes nothing; Deactivate asks, and once accepted the page shows the topology
 inactive and the spout's emitted count stops. On the way the page is photographed into the
 test's temporary directory and the picture checked (a PNG as wide as the window, drawn, not
-blank); the tests change no file of the repository. A page with a token (no Ray) asks for it,
-forgets a wrong one, keeps the right one, and never puts it in the address. To retake the
-README's ``docs/images/ui.png``, name it in ``RAYFLOW_UI_SCREENSHOT``:
+blank); the tests change no file of the repository. A chained task's row (no Ray) names the
+task whose process it runs in. A page with a token (no Ray) asks for it, forgets a wrong one,
+keeps the right one, and never puts it in the address. To retake the README's
+``docs/images/ui.png``, name it in ``RAYFLOW_UI_SCREENSHOT``:
 
     RAYFLOW_UI_SCREENSHOT=docs/images/ui.png python -m pytest -m browser
 """
@@ -27,10 +28,11 @@ from typing import Any, cast
 import pytest
 
 from rayflow import Config, TopologyHandle, submit_topology
+from rayflow._metrics import TaskMetrics
 from rayflow._ui import UiServer
 
 from .conftest import eventually
-from .ui_helpers import FakeHandle, wordcount
+from .ui_helpers import FakeHandle, task, wordcount
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium is not installed (the dev extra has it)")
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException  # noqa: E402
@@ -159,6 +161,7 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
             assert page_value(browser, f'{row} td[data-field="node"]') == m["node_ip"]
             assert json.loads(page_value(browser, f'{row} td[data-field="resources"]') or "") == m["resources"]
             assert page_value(browser, f'{row} td[data-field="gpu_ids"]') == ", ".join(map(str, m["gpu_ids"]))
+            assert page_value(browser, f'{row} td[data-field="host"]') == str(m["host"]) == str(task)  # none chained
         split = [t for t, m in placed.items() if m["component"] == "split"]
         shown = page_value(browser, f'#tasks tr[data-task="{split[0]}"] td[data-field="resources"]', "textContent")
         assert shown is not None and "GPU 1" in shown
@@ -181,6 +184,25 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         assert refreshes(browser, 3) == [stopped] * 3  # three refreshes, a second apart: it stays
     finally:
         handle.kill()
+        page.close()
+
+
+def test_a_chained_task_says_whose_process_it_runs_in(browser: Any) -> None:
+    """No Ray: a ``FakeHandle`` whose task 2 is chained to task 1 (``host``). Its row says
+    "in task 1"; task 1's row, its own process, says nothing."""
+    handle = FakeHandle("chained")
+    handle.tasks = {
+        1: {**task(TaskMetrics("sentences", "spout"), 1, pending=0, exhausted=False), "host": 1},
+        2: {**task(TaskMetrics("split", "bolt"), 2, pending=0), "host": 1},
+    }
+    page = UiServer(ray_metrics=False).serve(cast(TopologyHandle, handle))
+    try:
+        browser.get(page.url)
+        chained = '#tasks tr[data-task="2"] td[data-field="host"]'
+        assert eventually(lambda: page_value(browser, chained, "textContent") == "in task 1", timeout=DEADLINE)
+        assert page_value(browser, chained) == "1"
+        assert page_value(browser, '#tasks tr[data-task="1"] td[data-field="host"]', "textContent") == ""
+    finally:
         page.close()
 
 

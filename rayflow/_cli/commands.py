@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .._chaining import chained_components
 from .._errors import RayflowError
 from .._windows.validation import pending_advice
 from ..topology_file import LoadedTopology, SpecError, TopologySpec, load_topology
@@ -79,6 +80,9 @@ def graph(
 ) -> None:
     """Draw the topology: components, parallelism, and the groupings on the edges.
 
+    A chained link (a bolt run in its upstream's process) is drawn bold and labelled
+    "chained"; a dashed box frames each chain.
+
     .dot, .gv and .mmd (Mermaid) are written directly; .svg, .png and .pdf need Graphviz's
     `dot` program on PATH.
     """
@@ -88,10 +92,10 @@ def graph(
 
     loaded = load(file, set_, properties)
     if output is None:
-        sys.stdout.write(to_dot(loaded.topology, loaded.name).source)
+        sys.stdout.write(to_dot(loaded.topology, loaded.name, loaded.config).source)
         return
     try:
-        write_graph(loaded.topology, loaded.name, output)
+        write_graph(loaded.topology, loaded.name, output, loaded.config)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--output") from None
     except graphviz.ExecutableNotFound:
@@ -182,9 +186,8 @@ def _run(
     from .._runtime import submit_topology  # Ray is imported by the one command that needs it
 
     with ray_connection(address):
-        tasks = sum(c.parallelism for c in loaded.topology.components.values()) + loaded.config.ackers
         try:
-            with progress(f"starting topology {loaded.name!r}", f"{tasks} task actors", "topology started"):
+            with progress(f"starting topology {loaded.name!r}", _actors(loaded), "topology started"):
                 handle = submit_topology(loaded.name, loaded.config, loaded.topology, active=not inactive)
         except Exception as exc:  # a RayflowError, or Ray failing to place or start the actors
             console.err.print(f"cannot start topology {loaded.name!r}: {_describe(exc)}", markup=False, soft_wrap=True)
@@ -196,6 +199,15 @@ def _run(
                 handle.kill()
                 raise
         return Monitor(handle, loaded, duration).run()
+
+
+def _actors(loaded: LoadedTopology) -> str:
+    """What starting waits for: "N task actors", or "N tasks in M actors" when chained tasks
+    run in their hosts' actors (``rayflow/_chaining.py``)."""
+    components = loaded.topology.components
+    tasks = sum(c.parallelism for c in components.values()) + loaded.config.ackers
+    guests = sum(components[bolt].parallelism for bolt in chained_components(loaded.topology, loaded.config))
+    return f"{tasks} tasks in {tasks - guests} actors" if guests else f"{tasks} task actors"
 
 
 def _open_page(host: str, port: int) -> UiServer:

@@ -93,7 +93,7 @@ _HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "S
 _ACTIONS = ("activate", "deactivate", "kill")
 _NOT_SERVING = "this web page shows no topology yet: call serve(handle) first"
 _TASK_FIELDS = (
-    *("component", "kind", "alive", "state", "restarts", "node_id", "node_ip", "pid", "resources", "gpu_ids"),
+    *("component", "kind", "alive", "state", "restarts", "host", "node_id", "node_ip", "pid", "resources", "gpu_ids"),
     *("emitted", "transferred", "acked", "failed", "executed", "errors", "last_error", "last_error_at"),
     *("pending", "timed_out", "exhausted", "dead_lettered"),
 )
@@ -381,15 +381,27 @@ class UiServer:
         return {"errors": self.recorder.recent_errors()}
 
     def graph_svg(self) -> bytes:
-        """The drawing, rendered once. Raises ``LookupError`` without a topology and
-        ``graphviz.ExecutableNotFound`` without Graphviz's ``dot``."""
+        """The drawing, rendered once, its chains as the tasks run them (``chained``). Raises
+        ``LookupError`` without a topology and ``graphviz.ExecutableNotFound`` without
+        Graphviz's ``dot``."""
         if self.topology is None:
             raise LookupError("the topology was not given to the page (serve(handle, topology)): no graph to draw")
         if self._graph is None:
             from ..topology_file._drawing import to_dot
 
-            self._graph = to_dot(self.topology, self.handle.name).pipe(format="svg")
+            self._graph = to_dot(self.topology, self.handle.name, chained=self.chained()).pipe(format="svg")
         return self._graph
+
+    def chained(self) -> dict[str, str]:
+        """Each chained bolt -> its upstream, read off the tasks' ``host``: the page is given a
+        handle, not the config that decided what is chained, and the hosts are what runs. A
+        chained bolt takes every input from its upstream (``rayflow/_chaining.py``)."""
+        poll = self.recorder.last
+        topology = self.topology
+        if poll is None or topology is None:
+            return {}
+        guests = {m["component"] for task, m in poll.tasks.items() if m.get("host", task) != task}
+        return {bolt: topology.components[bolt].inputs[0].component for bolt in guests & topology.components.keys()}
 
     def act(self, action: str) -> dict[str, Any]:
         if action == "activate":

@@ -100,6 +100,10 @@ function showTasks(tasks) {
     const node = m.node_ip || (m.node_id || "").slice(0, 8);
     cell(row, node, { field: "node", value: m.node_ip, cls: "text" }).title = m.node_id ? `node ${m.node_id}` : "";
     cell(row, m.pid ?? "", { field: "pid" });
+    // A chained task runs in its host task's process: its pid, node and restarts are the host's.
+    const chained = m.host !== undefined && m.host !== null && String(m.host) !== task;
+    const host = cell(row, chained ? `in task ${m.host}` : "", { field: "host", value: m.host, cls: "text" });
+    host.title = chained ? `chained: runs in the process of task ${m.host}` : "";
     cell(row, resources(m.resources), { field: "resources", value: JSON.stringify(m.resources || {}), cls: "text" });
     const gpus = (m.gpu_ids || []).join(", ");
     cell(row, gpus, { field: "gpu_ids", value: gpus, cls: "text" });
