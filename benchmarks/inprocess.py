@@ -5,9 +5,9 @@
 Every task of spout -> split (shuffle) -> count (fields on word), acking on with one acker, is
 built as the runtime builds it, and every payload is pickled by its sender and unpickled by its
 receiver exactly as ``StreamTransport`` and ``TaskActor`` do -- but for a task chained to its
-sender (1 x 1: the split, unless ``--no-chaining``), which is handed the payload as it is. What is left out is only the stream
-itself. Deliveries follow the runtime's order: control (acker traffic) ahead of data, the spout
-emitting bursts while its pending budget allows. The figure is CPU microseconds
+sender (1 x 1: the split, unless ``--no-chaining``), which is handed the payload as it is. What
+is left out is only the stream itself. Deliveries follow the runtime's order: control (acker
+traffic) ahead of data, the spout emitting bursts while its pending budget allows. The figure is CPU microseconds
 (``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the
 executors put under any end-to-end throughput (a 2-core box can at most run two of them at once).
 

@@ -95,10 +95,11 @@ class Config(BaseModel):
     """How often one task may be restarted after its actor died; -1 = always, 0 = never."""
 
     chaining: bool = Field(True, alias="rayflow.chaining")
-    """Run a bolt fed one-to-one by its upstream (``shuffle`` or ``local_or_shuffle`` from one
-    component with as many tasks) in its upstream's process, tuples passed by a call instead of
-    a socket (``rayflow/_chaining.py``). Set ``False`` in the topology's config to chain
-    nothing, or in a component's own config to keep that component out of any chain."""
+    """Run a bolt fed by one component with as many tasks, through ``shuffle``, ``none`` or
+    ``local_or_shuffle``, in that component's process: task *i* with task *i*, tuples passed
+    by a call instead of a socket (operator chaining, ``docs/concepts/runtime.md``). ``False``
+    in the topology's config chains nothing; in a component's own config, it keeps that
+    component out of any chain."""
 
     # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
     batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")
