@@ -2,53 +2,62 @@
 and how the actor sends what they all have waiting.
 
 ``ChainLink`` is the link of every task in the actor: a data payload for a task of the same
-actor is handed to its executor's ``receive`` at once, as it is (no pickling: the chained task
-gets the objects emitted, as Storm's executors in one worker do); anything else goes on the
-streams. ``ChainOutboxes`` stands for the tasks' outboxes where the actor sends or looks at
-"the outbox": data flushes go upstream first, so that what the host's flush hands a chained
-task goes out with that task's own flush.
+actor is queued for it as it is (no pickling: the chained task gets the objects emitted, as
+Storm's executors in one worker do), and the actor executes it on its next turn; anything
+else goes on the streams. Queued, not called: a chained bolt that takes long must not hold up
+its host between batches (a broker spout's heartbeats run on the same event loop, and so do
+the actor's answers). ``ChainOutboxes`` stands for the tasks' outboxes where the actor sends
+or looks at "the outbox": upstream first.
 """
 
 from __future__ import annotations
 
-import logging
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .transport import StreamTransport
 
 if TYPE_CHECKING:
-    from .._executors import Executor
     from .._outbox import Outbox
 
 __all__ = ["ChainLink", "ChainOutboxes"]
 
-logger = logging.getLogger("rayflow")
-
 
 class ChainLink:
-    """Delivers to the tasks of this actor by a call, to the others through ``transport``."""
+    """Queues payloads for the tasks of this actor (``local``), sends the rest through
+    ``transport``; ``queued`` is told of each payload queued."""
 
-    def __init__(self, transport: StreamTransport) -> None:
+    def __init__(self, transport: StreamTransport, local: set[int], queued: Callable[[], None]) -> None:
         self._transport = transport
-        self.local: dict[int, Executor] = {}
-        """The executors of this actor's tasks, by task id (filled in as they are built)."""
+        self._local = local
+        self._queued = queued
+        self.inbox: deque[tuple[int, Any]] = deque()
+        """Payloads for the chained tasks, (task, payload), in the order they were sent."""
+        self.tuples = 0
+        """Tuples in ``inbox``."""
 
     def send_data(self, dest: int, payload: Any) -> None:
-        executor = self.local.get(dest)
-        if executor is None:
+        if dest not in self._local:
             self._transport.send_data(dest, payload)
             return
-        try:
-            executor.receive(payload)
-        except Exception:  # as a frame that cannot be executed: its trees time out and replay
-            logger.exception("task %d: a batch from task %d could not be executed", dest, payload[0])
+        self.inbox.append((dest, payload))
+        self.tuples += len(payload[1])
+        self._queued()
+
+    def take(self) -> tuple[int, Any]:
+        """The oldest payload queued, and its task."""
+        dest, payload = self.inbox.popleft()
+        self.tuples -= len(payload[1])
+        return dest, payload
 
     def send_control(self, dest: int, payload: Any) -> None:
         self._transport.send_control(dest, payload)
 
     def backlog(self, dest: int) -> int:
-        """A chained task works off what it is given before the call returns: no backlog."""
-        return 0 if dest in self.local else self._transport.backlog(dest)
+        if dest in self._local:
+            return sum(len(p[1]) for d, p in self.inbox if d == dest)
+        return self._transport.backlog(dest)
 
 
 class ChainOutboxes:

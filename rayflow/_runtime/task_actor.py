@@ -84,6 +84,10 @@ class TaskActor:
         """This task's certificate and key for its streams (``stream_keys.py``)."""
         self._guests = list(guests or [])
         """The tasks chained to this one (``rayflow/_chaining.py``), run here too, upstream first."""
+        self._chain: ChainLink | None = None
+        """How this actor's tasks reach each other, when tasks are chained to it."""
+        self._chain_room = asyncio.Event()
+        """Set when what waits for the chained tasks has shrunk to a quarter of its bound."""
         self._given_up: set[int] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._running = False
@@ -147,7 +151,9 @@ class TaskActor:
         for task in self._given_up:
             self._transport.give_up(task)
         task_nodes = {**task_nodes, **dict.fromkeys(self._guests, self._node_id)}
-        link = ChainLink(self._transport) if self._guests else self._transport
+        link: ChainLink | StreamTransport = self._transport
+        if self._guests:
+            link = self._chain = ChainLink(self._transport, set(self._guests), self._has_data.set)
         executors: dict[int, Executor] = {}
         for task in [self._task_id, *self._guests]:
             context = TopologyContext(task, self._layout, self._topology.stream_fields(), task_nodes)
@@ -157,8 +163,7 @@ class TaskActor:
         self._executors = executors
         executor = executors[self._task_id]
         self._executor: Executor = executor
-        if isinstance(link, ChainLink):
-            link.local.update((task, each) for task, each in executors.items() if each is not executor)
+        if self._chain is not None:
             self._outbox: Outbox | ChainOutboxes = ChainOutboxes([each.outbox for each in executors.values()])
         else:
             self._outbox = executor.outbox
@@ -219,9 +224,30 @@ class TaskActor:
     async def _execute_inbox(self) -> None:
         """Execute data frames in arrival order. While more frames wait, what one produced
         joins theirs and the last of them sends it (fan-out would otherwise multiply small
-        frames)."""
+        frames).
+
+        What this actor's tasks sent the tasks chained to them goes first, a payload per turn
+        of the event loop: a frame's output is worked off before the next frame is taken, and
+        between payloads the spout loop, the timers and the calls get their turns."""
         inbox, executor, has_data, outbox = self._inbox, self._executor, self._has_data, self._outbox
+        chain, executors = self._chain, self._executors
+        low_tuples, low_batches = self._conf.max_inflight_tuples // 4, self._conf.max_inflight_batches // 4
         while self._running:
+            if chain is not None and chain.inbox:
+                task, payload = chain.take()
+                async with self._data_lock:
+                    try:
+                        executors[task].receive(payload)
+                    except Exception:
+                        logger.exception("task %d: a batch from task %d could not be executed", task, payload[0])
+                    if not inbox and not chain.inbox:
+                        outbox.flush_data()
+                    self._flush_later()
+                    await self._transport.wait_for_room()
+                if chain.tuples <= low_tuples and len(chain.inbox) <= low_batches:
+                    self._chain_room.set()
+                await asyncio.sleep(0)
+                continue
             if not inbox:
                 has_data.clear()
                 await has_data.wait()
@@ -232,7 +258,7 @@ class TaskActor:
                     executor.receive(pickle.loads(frame))
                 except Exception:
                     logger.exception("task %d: a data frame could not be executed", self._task_id)
-                if not inbox:
+                if not inbox and not (chain is not None and chain.inbox):
                     outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()
@@ -310,10 +336,32 @@ class TaskActor:
         if not hasattr(self, "_executor"):
             return
         async with self._data_lock:
-            for executor in self._executors.values():  # the host first: its last batches reach the others
+            for executor in self._executors.values():  # upstream first: its last batches reach the others
                 executor.close()
+                self._work_off_chain()
             self._outbox.flush()
         self._transport.close()
+
+    def _work_off_chain(self) -> None:
+        """Execute everything queued for the chained tasks, now."""
+        chain = self._chain
+        while chain is not None and chain.inbox:
+            task, payload = chain.take()
+            try:
+                self._executors[task].receive(payload)
+            except Exception:
+                logger.exception("task %d: a batch from task %d could not be executed", task, payload[0])
+
+    async def _room_in_chain(self) -> None:
+        """Wait while the chained tasks have more than ``max_inflight_tuples`` or
+        ``max_inflight_batches`` queued, as a stream would make it wait: a spout must not run
+        ahead of the bolt chained to it without bound."""
+        chain, conf = self._chain, self._conf
+        if chain is not None and (
+            chain.tuples > conf.max_inflight_tuples or len(chain.inbox) > conf.max_inflight_batches
+        ):
+            self._chain_room.clear()
+            await self._chain_room.wait()
 
     # -- background loops ---------------------------------------------------------------------
     async def _source_loop(self, linger: float) -> None:
@@ -344,6 +392,7 @@ class TaskActor:
                     outbox.flush_control()
                     control_sent = now
                 await self._transport.wait_for_room()
+                await self._room_in_chain()
                 await asyncio.sleep(0)
             else:
                 # Nothing emitted (a rate-limited or quiet spout): what waits still goes out on
@@ -370,7 +419,7 @@ class TaskActor:
             await asyncio.sleep(secs)
             async with self._data_lock:
                 action()
-                if not self._inbox:
+                if not self._inbox and not (self._chain is not None and self._chain.inbox):
                     self._outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()
