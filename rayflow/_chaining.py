@@ -19,6 +19,9 @@ A link is chained only where nothing can tell the difference but speed:
   ``local_or_shuffle`` (a fields grouping decides the task itself; ``all``, ``global``,
   ``direct`` and custom groupings too), on any of its streams;
 - both have the same number of tasks and ask Ray for the same resources;
+- the upstream has no liveness duties of its own: a broker spout's ``upkeep`` (heartbeats,
+  in-progress acks) runs on its task's event loop, which a chained bolt's batch would hold up
+  for as long as the batch takes -- longer than a broker's patience, with a slow bolt;
 - neither takes part in checkpoints: a stateful bolt's topology, or an exactly-once one, is
   not chained (the checkpoint stream reaches every task of a bolt from every task upstream).
 
@@ -83,7 +86,8 @@ def chained_components(topology: Topology, conf: Config | None = None) -> dict[s
             continue
         source = topology.components[upstream]
         if (
-            source.parallelism == spec.parallelism
+            getattr(source.component, "upkeep", None) is None
+            and source.parallelism == spec.parallelism
             and source.resources == spec.resources
             and _chaining_on(topology, conf, upstream)
             and _chaining_on(topology, conf, spec.id)

@@ -74,7 +74,8 @@ def test_a_bolt_shuffled_from_one_component_with_as_many_tasks_is_chained_to_it(
 
 def test_chaining_follows_its_rules():
     """Not chained: other parallelism, a fields grouping, chaining off for the topology or for
-    either component, other resources, two upstreams, a stateful or exactly-once topology."""
+    either component, other resources, two upstreams, a spout with an upkeep (a broker's), a
+    stateful or exactly-once topology."""
     assert chained_components(pipeline(split=1)) == {}  # 2 spout tasks, 1 bolt task
     assert chained_components(pipeline(split=2, count=2)) == {"words": "numbers"}  # fields: never
     assert chained_components(pipeline(split=2), Config(chaining=False)) == {}
@@ -94,6 +95,15 @@ def test_chaining_follows_its_rules():
     builder.set_spout("a", Numbers(1))
     builder.set_spout("b", Numbers(1))
     builder.set_bolt("c", Sink()).shuffle_grouping("a").shuffle_grouping("b")
+    assert chained_components(builder.create_topology()) == {}
+
+    class BrokerLike(Numbers):
+        def upkeep(self) -> None:  # heartbeats on the task's event loop: a chained bolt would hold them up
+            pass
+
+    builder = TopologyBuilder()
+    builder.set_spout("a", BrokerLike(1))
+    builder.set_bolt("b", Sink()).shuffle_grouping("a")
     assert chained_components(builder.create_topology()) == {}
 
     builder = TopologyBuilder()
