@@ -2,7 +2,7 @@
 rate, so that a change can be judged on a noisy machine by CPU rather than wall time. On Linux it
 also prints how often each actor's busiest thread (its event loop) woke up per second.
 
-    python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N]
+    python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N] [--no-chaining]
         [--pyspy DIR]   # also py-spy record every task actor during the full-rate run
 """
 
@@ -65,8 +65,11 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
     conf = Config.of({"ackers": 1, **TUNING})
     handle = cluster.submit_topology(f"cpu-{rate}-{tasks}", conf, builder.create_topology(), active=False)
     tm = handle.task_metrics()
-    procs = {t: psutil.Process(m["pid"]) for t, m in tm.items()}
-    names = {t: m.get("component", str(t)) for t, m in tm.items()}
+    # One process per actor: a task chained to another runs in its host's (``host``), and is
+    # counted there, under both names ("sentences+split").
+    hosts = {t: m.get("host", t) for t, m in tm.items()}
+    procs = {t: psutil.Process(m["pid"]) for t, m in tm.items() if hosts[t] == t}
+    names = {t: "+".join(tm[g]["component"] for g in sorted(tm, key=lambda g: g != t) if hosts[g] == t) for t in procs}
     before = {t: p.cpu_times() for t, p in procs.items()}
     spies = []
     if pyspy:
@@ -134,11 +137,14 @@ def main() -> int:
     parser.add_argument("--skip-full", action="store_true")
     parser.add_argument("--linger-ms", type=float)
     parser.add_argument("--control-linger-ms", type=float)
+    parser.add_argument("--no-chaining", action="store_true", help="rayflow.chaining off")
     args = parser.parse_args()
     if args.linger_ms:
         TUNING["linger_ms"] = args.linger_ms
     if args.control_linger_ms:
         TUNING["control_linger_ms"] = args.control_linger_ms
+    if args.no_chaining:
+        TUNING["chaining"] = False
     with LocalCluster() as cluster:
         if not args.skip_full:
             r = run(cluster, args.sentences, None, args.tasks, args.pyspy)
