@@ -6,8 +6,10 @@ Not a test: run it on a quiet machine.
 
 Every configuration splits and counts the same 5 sentences (those of examples/wordcount.py,
 whose bolts rayflow runs here). rayflow runs spout -> split (shuffle) -> count (fields on word),
-1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep) and, 1 x 1, with ``ackers=0``
-and with chaining off (1 x 1 chains the split to the spout: ``rayflow/_chaining.py``).
+1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep; one spout task, so only 1 x 1
+chains the split to the spout: ``rayflow/_chaining.py``), with as many spout tasks as bolt
+tasks (2 and 4: every split chained to its spout), and, 1 x 1, with ``ackers=0`` and with
+chaining off.
 bytewax runs the same split and count (``flat_map`` then a keyed ``stateful_map``) without any
 acking, on one worker in this process and on a cluster of 2 worker processes
 (``--bytewax-workers``). All of them run ``--rounds`` times, interleaved, and each is reported
@@ -82,15 +84,18 @@ def run_rayflow(
     max_pending: int | None = DEFAULT_MAX_SPOUT_PENDING,
     tuning: dict[str, Any] | None = None,
     tasks: int = 1,
+    spouts: int = 1,
 ) -> dict[str, Any]:
+    """``spouts`` tasks emit ``sentences // spouts`` sentences each."""
+    sentences -= sentences % spouts
     builder = TopologyBuilder()
-    builder.set_spout("sentences", BenchSpout(sentences, rate))
+    builder.set_spout("sentences", BenchSpout(sentences // spouts, rate), parallelism=spouts)
     builder.set_bolt("split", SplitSentence(), parallelism=tasks).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(), parallelism=tasks).fields_grouping("split", ["word"])
     conf = Config.of({"ackers": ackers, "max_spout_pending": max_pending, **(tuning or {})})
-    name = f"wordcount-ackers{ackers}-tasks{tasks}"
+    name = f"wordcount-ackers{ackers}-tasks{tasks}-spouts{spouts}"
     handle = cluster.submit_topology(name, conf, builder.create_topology(), active=False)
-    expected = words_in(sentences)
+    expected = words_in(sentences // spouts) * spouts
     started = time.perf_counter()
     handle.activate()
     # Ask only the spout whether it is done: polling every task's metrics costs each of them a
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     sweep = sorted({1, *args.tasks})
-    rayflow_keys = [f"{n}x{n}" for n in sweep] + ["unchained", "ackers0"]
+    rayflow_keys = [f"{n}x{n}" for n in sweep] + [f"chained{n}" for n in sweep[1:]] + ["unchained", "ackers0"]
     bytewax_keys = [f"bytewax{w}" for w in args.bytewax_workers]
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in rayflow_keys + bytewax_keys}
     with LocalCluster() as cluster:
@@ -343,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                 elif key == "ackers0":
                     run = run_rayflow(cluster, args.sentences, 0, max_pending=pending, tuning=tuning)
+                elif key.startswith("chained"):
+                    n = int(key[len("chained") :])
+                    run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n, spouts=n)
                 elif key == "unchained":
                     unchained = {**tuning, "chaining": False}
                     run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=unchained)
@@ -351,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                     run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=tasks)
                 runs[key].append(run)
         results["tasks"] = {str(n): _median(runs[f"{n}x{n}"]) for n in sweep}
+        results["chained_tasks"] = {str(n): _median(runs[f"chained{n}"]) for n in sweep[1:]}
         results["reliable"] = results["tasks"]["1"]
         results["unreliable"] = _median(runs["ackers0"])
         results["unchained"] = _median(runs["unchained"])
@@ -385,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 paired[f"{n}x{n}_vs_bytewax{suffix}"] = paired_ratio(runs[f"{n}x{n}"], runs[key])
     for n in sweep[1:]:
         paired[f"{n}x{n}_vs_1x1"] = paired_ratio(runs[f"{n}x{n}"], runs["1x1"])
+        paired[f"chained{n}_vs_1x1"] = paired_ratio(runs[f"chained{n}"], runs["1x1"])
     results["paired_ratios"] = paired
     results["ratios"].update({name: figure["median"] for name, figure in paired.items()})
 
@@ -393,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
 
     labels = {
         **{f"{n}x{n}": f"acking, {n} split x {n} count" for n in sweep},
+        **{f"chained{n}": f"acking, {n} spouts, {n} x {n} chained" for n in sweep[1:]},
         "unchained": "acking, 1 x 1, not chained",
         "ackers0": "rayflow, ackers=0 (1 x 1)",
         **{f"bytewax{w}": f"bytewax 0.21, {w} worker{'s' if w > 1 else ''}" for w in args.bytewax_workers},
