@@ -96,10 +96,10 @@ class Config(BaseModel):
 
     chaining: bool = Field(True, alias="rayflow.chaining")
     """Run a bolt fed by one component with as many tasks, through ``shuffle``, ``none`` or
-    ``local_or_shuffle``, in that component's process: task *i* with task *i*, tuples passed
-    by a call instead of a socket (operator chaining, ``docs/concepts/runtime.md``). ``False``
-    in the topology's config chains nothing; in a component's own config, it keeps that
-    component out of any chain."""
+    ``local_or_shuffle``, in that component's process: task *i* with task *i*, its batches
+    handed over in the process instead of on a stream (operator chaining,
+    ``docs/concepts/runtime.md``). ``False`` in the topology's config chains nothing; in a
+    component's own config, it keeps that component out of any chain."""
 
     # rayflow's transport knobs. Defaults suit a small machine; see benchmarks/ for their effect.
     batch_size: int = Field(2000, ge=1, alias="rayflow.batch.size")

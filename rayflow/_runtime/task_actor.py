@@ -19,8 +19,9 @@ streams between the actors (``streams.py``), not as Ray calls. What runs here:
 - ``next_logs``, a long poll that returns what rayflow logged in this process (``task_logs.py``).
 
 The tasks chained to this one (``rayflow/_chaining.py``) run here too, each with its own
-executor: they get their data from this actor's executors by a call (``chain_link.py``), never
-from the streams, and they go where this actor goes, restarts included.
+executor: they get their data from this actor's executors, queued in this process
+(``chain_link.py``), never from the streams, and they go where this actor goes, restarts
+included.
 """
 
 from __future__ import annotations
@@ -230,17 +231,13 @@ class TaskActor:
         of the event loop: a frame's output is worked off before the next frame is taken, and
         between payloads the spout loop, the timers and the calls get their turns."""
         inbox, executor, has_data, outbox = self._inbox, self._executor, self._has_data, self._outbox
-        chain, executors = self._chain, self._executors
+        chain = self._chain
         low_tuples, low_batches = self._conf.max_inflight_tuples // 4, self._conf.max_inflight_batches // 4
         while self._running:
             if chain is not None and chain.inbox:
-                task, payload = chain.take()
                 async with self._data_lock:
-                    try:
-                        executors[task].receive(payload)
-                    except Exception:
-                        logger.exception("task %d: a batch from task %d could not be executed", task, payload[0])
-                    if not inbox and not chain.inbox:
+                    self._execute_chained(chain)
+                    if self._nothing_waits():
                         outbox.flush_data()
                     self._flush_later()
                     await self._transport.wait_for_room()
@@ -258,7 +255,7 @@ class TaskActor:
                     executor.receive(pickle.loads(frame))
                 except Exception:
                     logger.exception("task %d: a data frame could not be executed", self._task_id)
-                if not inbox and not (chain is not None and chain.inbox):
+                if self._nothing_waits():
                     outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()
@@ -342,15 +339,23 @@ class TaskActor:
             self._outbox.flush()
         self._transport.close()
 
+    def _nothing_waits(self) -> bool:
+        """No data frame and no chained payload waits: time to send the partial batches."""
+        return not self._inbox and (self._chain is None or not self._chain.inbox)
+
+    def _execute_chained(self, chain: ChainLink) -> None:
+        """Execute the oldest payload queued for a chained task."""
+        task, payload = chain.take()
+        try:
+            self._executors[task].receive(payload)
+        except Exception:  # as a frame that cannot be executed: its trees time out and replay
+            logger.exception("task %d: a batch from task %d could not be executed", task, payload[0])
+
     def _work_off_chain(self) -> None:
         """Execute everything queued for the chained tasks, now."""
         chain = self._chain
         while chain is not None and chain.inbox:
-            task, payload = chain.take()
-            try:
-                self._executors[task].receive(payload)
-            except Exception:
-                logger.exception("task %d: a batch from task %d could not be executed", task, payload[0])
+            self._execute_chained(chain)
 
     async def _room_in_chain(self) -> None:
         """Wait while the chained tasks have more than ``max_inflight_tuples`` or
@@ -419,7 +424,7 @@ class TaskActor:
             await asyncio.sleep(secs)
             async with self._data_lock:
                 action()
-                if not self._inbox and not (self._chain is not None and self._chain.inbox):
+                if self._nothing_waits():
                     self._outbox.flush_data()
                 self._flush_later()
                 await self._transport.wait_for_room()
