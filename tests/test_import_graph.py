@@ -29,11 +29,7 @@ import rayflow
 ROOT = Path(rayflow.__file__).parent
 
 KNOWN: list[tuple[tuple[str, ...], str]] = [
-    # (module patterns a circle lies within, why it may be there for now)
-    (
-        ("rayflow._runtime.*", "rayflow._ui", "rayflow._ui.*"),
-        "issue 30: the runtime and its web page (the page is to take a handle, not be started by one)",
-    ),
+    # (module patterns a circle lies within, why it may be there for now); none left
 ]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [

@@ -39,20 +39,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import ray
 
 from .._errors import RayflowError
 from . import ray_calls
 
-if TYPE_CHECKING:
-    from .handle import TopologyHandle
-
 __all__ = [
     "ACTIONS",
     "NAMESPACE",
     "ControlLink",
+    "Steered",
     "TopologyControl",
     "TopologyNameTaken",
     "ask",
@@ -216,10 +214,25 @@ def ask(control: Any, action: str, timeout: float) -> dict[str, Any]:
         return {"error": "the topology ended meanwhile"}
 
 
+class Steered(Protocol):
+    """What a ``ControlLink`` steers: a running topology's handle (``TopologyHandle``, which
+    holds its link: said here, not imported, so that neither module needs the other)."""
+
+    name: str
+
+    def kill(self) -> None: ...
+
+    def activate(self) -> None: ...
+
+    def deactivate(self) -> None: ...
+
+    def metrics(self) -> dict[str, dict[str, Any]]: ...
+
+
 class ControlLink:
     """The driver's side: a thread that carries out what ``rayflow:<name>`` is asked."""
 
-    def __init__(self, control: Any, handle: TopologyHandle, spouts: list[str], is_active: Callable[[], bool]) -> None:
+    def __init__(self, control: Any, handle: Steered, spouts: list[str], is_active: Callable[[], bool]) -> None:
         self.control = control
         self._handle = handle
         self._spouts = spouts
