@@ -10,7 +10,10 @@ from functools import reduce
 from operator import xor
 
 from rayflow._acking.anchoring import ID_TYPECODE
+from rayflow._collectors import BasicOutputCollector
+from rayflow._components import BasicBolt, OutputFieldsDeclarer
 from rayflow._topology import TopologyBuilder
+from rayflow._tuple import Tuple
 
 from .executor_components import (
     BasicSplit,
@@ -120,6 +123,97 @@ class TestBasicBolt:
         assert mail.acks == {r: reduce(xor, (e for root, e in acked if root == r)) for r in (a, b)}
         assert mail.fails == [a]
         assert (bolt.metrics.executed, bolt.metrics.acked, bolt.metrics.failed) == (8, 7, 1)
+
+    def test_emits_with_nobody_watching(self):
+        """The in-process runner watches every emit; a task on Ray does not, and its emits are
+        built without the observer's call (``input_emit.py``). With the observer gone, the
+        split's words still reach the counter, each sentence waits for its words, and the emits
+        are counted."""
+        wire = Wire(pipeline(BasicSplit(), downstream=Hold()))
+        split = wire.task("bolt")
+        split.observer = None
+        wire.spout().feed("nobody watches", msg_id=1)
+        wire.spout().feed("fail", msg_id=2)
+        wire.run()
+        hold = wire.bolts("downstream")[0]
+        assert [tup["word"] for tup in hold.held] == ["nobody", "watches"]
+        assert wire.spout().acked == [] and wire.spout().failed == [2]
+        hold.collector.ack(hold.held[0])
+        wire.settle()
+        assert wire.spout().acked == []
+        hold.collector.ack(hold.held[1])
+        wire.settle()
+        assert wire.spout().acked == [1]
+        assert (split.metrics.emitted, split.metrics.acked, split.metrics.failed) == (2, 1, 1)
+
+    def test_an_observer_that_comes_later_sees_every_emit(self):
+        """Emits are built knowing whether anyone watches, and built again when that changes."""
+        wire = Wire(pipeline(Echo(), downstream=Hold()))
+        echo = wire.task("bolt")
+        seen: list[tuple[str, str, list[object]]] = []
+        echo.observer = None
+        wire.spout().feed("unseen", msg_id=1)
+        wire.run()
+
+        class Watcher:
+            def emitted(self, component: str, stream: str, values: list[object]) -> None:
+                seen.append((component, stream, values))
+
+        echo.observer = Watcher()
+        wire.spout().feed("seen", msg_id=2)
+        wire.run()
+        assert seen == [("bolt", "audit", ["seen"]), ("bolt", "default", ["seen"])]
+
+    def test_a_bolt_whose_only_stream_is_named(self):
+        """``collector.emit`` is bound to the component's only stream when it has no default
+        one: ``emit(values, stream="words")`` is that stream's emit, and ``emit(values)``, on the
+        undeclared default stream, still fails the input with an error that names the stream."""
+
+        class Named(BasicBolt):
+            def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+                declarer.declare_stream("words", ["word"])
+
+            def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+                if tup["sentence"] == "forgot the stream":
+                    collector.emit(["oops"])
+                collector.emit([tup["sentence"]], stream="words")
+
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("named", Named()).shuffle_grouping("sentences")
+        builder.set_bolt("hold", Hold()).shuffle_grouping("named", stream="words")
+        wire = Wire(builder.create_topology())
+        named = wire.task("named")
+        for watched in (True, False):
+            if not watched:
+                named.observer = None
+            wire.spout().feed("forgot the stream", msg_id=(watched, 1))
+            wire.spout().feed("fine", msg_id=(watched, 2))
+            wire.run()
+            assert (watched, 1) in wire.spout().failed
+            assert "undeclared stream 'default'" in named.metrics.last_error
+        hold = wire.bolts("hold")[0]
+        assert [tup["word"] for tup in hold.held] == ["fine", "fine"]
+
+    def test_the_wrong_number_of_values_fails_the_input(self):
+        """On the stream its emit is bound to, too: the error names the stream and the fields."""
+
+        class Sloppy(BasicBolt):
+            outputs = ["word"]
+
+            def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+                collector.emit([tup["sentence"], "extra"])
+
+        wire = Wire(pipeline(Sloppy(), downstream=Hold()))
+        sloppy = wire.task("bolt")
+        for msg_id, watched in ((1, True), (2, False)):
+            if not watched:
+                sloppy.observer = None
+            wire.spout().feed("two values", msg_id=msg_id)
+            wire.run()
+            assert wire.spout().failed[-1] == msg_id
+            assert "emitted 2 value(s) on stream 'default', which declares 1 field(s)" in sloppy.metrics.last_error
+        assert wire.bolts("downstream")[0].held == []
 
     def test_plain_bolt_exception_fails_the_input(self):
         """An exception from a plain Bolt's execute fails the input too."""

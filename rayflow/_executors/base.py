@@ -117,6 +117,11 @@ class Executor:
     def observer(self, observer: Observer | None) -> None:
         self._observer = observer
         self._watched = observer is not None or self.debug
+        self._watch_changed()
+
+    def _watch_changed(self) -> None:
+        """An observer came or went: an executor that built its emits knowing whether anyone
+        watches builds them again."""
 
     # -- lifecycle (no-ops unless a kind needs them) --------------------------------------------
     def start(self) -> None:

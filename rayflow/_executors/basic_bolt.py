@@ -2,8 +2,9 @@
 
 Every emit is anchored to the input, the input is acked when ``execute`` returns and failed when
 it raises. The adapter runs whole stream segments itself (``run_inline``), because a call per
-tuple through an adapter would cost more than the bookkeeping, and it installs the executor's
-``emit_input`` as its collector's ``emit`` (one Python call per emitted tuple instead of two)."""
+tuple through an adapter would cost more than the bookkeeping, and it has the executor bind its
+collector's ``emit`` to one emit per stream (``input_emit.py``): one Python call per emitted
+tuple, with the stream's route bound in it."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class BasicBoltAdapter(BoltKind):
         self.user_component = user_component
         self._task = task
         self.basic_collector = BasicOutputCollector(task)
-        self.basic_collector.emit = task.emit_input  # type: ignore[method-assign]
         task.input_collector = self.basic_collector
+        task.wire_input_emits()
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.user_component.declare_output_fields(declarer)
@@ -50,7 +51,7 @@ class BasicBoltAdapter(BoltKind):
         finally:
             collector.input = None
 
-    def run_inline(self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
+    def run_inline(self, column: list[Any], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
         """Execute one stream segment, acking each input that returns and failing each that
         raises; returns how many failed. ``trees`` yields each tuple's root and value
         (``DataPayload``).
@@ -58,7 +59,9 @@ class BasicBoltAdapter(BoltKind):
         Flat on purpose: this loop runs once per input tuple. The inputs of one tree mostly come
         in a row (the words of a sentence), so their acks are XORed in ``last_root`` and
         ``last_val`` and handed to the acker mail when the root changes (XOR is associative:
-        the acker sees the same sum)."""
+        the acker sees the same sum). A one-field input's list is made here, not in a pass
+        before the loop: one loop over the words instead of two."""
+        single = len(source.fields) == 1
         task = self._task
         execute = self.user_component.execute
         collector = self.basic_collector
@@ -68,6 +71,8 @@ class BasicBoltAdapter(BoltKind):
         failed = 0
         last_root = last_val = 0
         for values, root, val in zip(column, trees, trees, strict=False):
+            if single:
+                values = [values]
             if root or not val:
                 # Tuple(values, source, root, val) without a class call (which packs an
                 # argument tuple and runs an __init__ frame).

@@ -22,6 +22,7 @@ from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
 from .base import Emitter, Link, Timer, logger
 from .bolt_kind import BoltKind, CheckpointDeferred, KindFactory
+from .input_emit import InputEmit, input_emits
 
 __all__ = ["BoltExecutor"]
 
@@ -50,6 +51,8 @@ class BoltExecutor(Emitter):
         self.collector = OutputCollector(self)
         self.input_collector: BasicOutputCollector | None = None
         """The collector whose ``input`` anchors ``emit_input`` (set by an inline kind)."""
+        self._input_emits: dict[str, InputEmit] = {}
+        """The input collector's emit per stream (``wire_input_emits``)."""
         self._kind: BoltKind | None = kind(component, self) if kind is not None else None
         self.bolt: Bolt = self._kind if self._kind is not None else component  # type: ignore[assignment]
         self._inline = self._kind is not None and self._kind.inline
@@ -129,7 +132,7 @@ class BoltExecutor(Emitter):
         for segment, (stream, end) in enumerate(zip(streams, ends, strict=True)):
             source = sources[stream]
             column = values_column[begin:end]
-            if len(source.fields) == 1:
+            if len(source.fields) == 1 and not basic:  # an inline kind makes each list itself
                 column = [[v] for v in column]
             if stream == CHECKPOINT_STREAM:
                 self._receive_checkpoints(column, tree_values, source, joined)
@@ -416,53 +419,32 @@ class BoltExecutor(Emitter):
 
     # -- output -------------------------------------------------------------------------------
     def emit_input(self, values: list[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        """``BasicOutputCollector.emit`` run by the executor itself: ``BasicBoltAdapter``
-        installs it on the collector of a ``BasicBolt``, so that the bolt's emits (one per output tuple) cost
-        one Python call instead of two. Anchored to the input being executed, as the
-        collector's own ``emit``; the common case -- a regular stream, the input in one tree --
-        is ``emit``'s fast path again, written inline; anything else goes through ``emit``."""
-        route = self.routes.get(stream)
-        if route is None or len(values) != route.emit_arity:
+        """``BasicOutputCollector.emit`` on a stream other than the one its collector's ``emit``
+        is bound to (``wire_input_emits``): that stream's own emit, or ``emit`` for a stream
+        that has none (undeclared or direct: it raises)."""
+        emit = self._input_emits.get(stream)
+        if emit is None:
             return self.emit(stream, values, self.input_collector.input, None)  # type: ignore[union-attr]
-        if not route.subscribed:  # nobody reads the stream: nothing to send, no tree to join
-            self.metrics.emitted += 1
-            if self._watched:
-                self._emitted(stream, values, [])
-            return []
-        tup = self.input_collector.input  # type: ignore[union-attr]
-        if tup is None:
-            return self.emit(stream, values, tup, None)
-        root = tup._tree
-        if root.__class__ is not int:  # in several trees (or acked already): the general path
-            return self.emit(stream, values, tup, None)
-        key = route.key  # as in ``emit``
-        if key < 0 or values[key].__class__ is not str:
-            targets = route.choose(self.task_id, values)
+        return emit(values, stream)
+
+    def wire_input_emits(self) -> None:
+        """Bind the input collector's ``emit`` (set by an inline kind) to the emit of the
+        component's default stream, or of its only stream (``input_emit.py``), again whenever an
+        observer comes or goes: each emit is built knowing whether anyone watches."""
+        collector = self.input_collector
+        assert collector is not None, "an inline kind sets the input collector before wiring it"
+        observe = self._emitted if self._watched else None
+        emits = self._input_emits = input_emits(self, self._batches, observe, self.emit_input)
+        if DEFAULT_STREAM in emits:
+            collector.emit = emits[DEFAULT_STREAM]  # type: ignore[method-assign]
+        elif len(emits) == 1:
+            (collector.emit,) = emits.values()  # type: ignore[method-assign]
         else:
-            targets = route.known.get(values[key]) or route.remember(values[key], route.choose(self.task_id, values))
-        self.metrics.emitted += 1
-        if self._watched:
-            self._emitted(stream, values, targets)
-        if not targets:
-            return []
-        stream = route.stream
-        item = values[0] if route.single else values
-        batches = self._batches
-        size = self.outbox.batch_size
-        for task in targets:  # as in ``emit``
-            batch = batches[task]
-            if batch.stream is not stream:
-                batch.switch(stream)
-            if root:
-                edge = getrandbits(64) or new_id()
-                tup._val ^= edge
-                batch.trees += (root, edge)
-            else:
-                batch.trees += (0, 0)
-            batch.values.append(item)
-            if len(batch.values) >= size:
-                self.outbox.send_batch(task)
-        return targets.copy()
+            collector.emit = self.emit_input  # type: ignore[method-assign]
+
+    def _watch_changed(self) -> None:
+        if self.input_collector is not None:
+            self.wire_input_emits()
 
     def emit(
         self, stream: str, values: list[Any], anchors: Tuple | Sequence[Tuple] | None, direct_task: int | None

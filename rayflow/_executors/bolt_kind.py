@@ -50,9 +50,11 @@ class BoltKind(Bolt):
     user_component: Any
     """The component the user wrote."""
 
-    def run_inline(self, column: list[list[Any]], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
+    def run_inline(self, column: list[Any], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
         """Run one stream segment of a batch (``BoltExecutor.receive``), acking each input that
-        returns; returns how many inputs failed. Only called when ``inline`` is true."""
+        returns; returns how many inputs failed. Only called when ``inline`` is true. ``column``
+        holds each input's values as the wire carries them (``DataPayload``): a list, or, when
+        ``source`` has one field, the value itself."""
         raise NotImplementedError
 
     def tick(self, tup: Tuple) -> None:
