@@ -28,7 +28,7 @@ from rayflow._executors import bolt  # noqa: E402
 BOUND = getattr(bolt, "input_emits")  # noqa: B009 (imported there, not exported)
 
 
-def none_built(task: Any, fallback: Any) -> dict[str, Any]:
+def none_built(*args: Any) -> dict[str, Any]:
     return {}
 
 
