@@ -228,8 +228,10 @@ def _none(anchors: Tuple | list[Tuple] | None) -> bool:
 class BasicOutputCollector:
     """Handed to ``BasicBolt.execute``: every emit is anchored to the input being executed.
 
-    The bolt executor replaces ``emit`` on its collector by its own ``emit_input`` (the same
-    signature and behaviour), which saves a Python call per emitted tuple."""
+    The bolt executor replaces ``emit`` on its collector by an emit built for the component's
+    default (or only) stream, with the same signature and behaviour
+    (``BoltExecutor.wire_input_emits``): it saves a Python call per emitted tuple, and the
+    stream's route is bound in it."""
 
     def __init__(self, task: BoltTask) -> None:
         self._task = task
