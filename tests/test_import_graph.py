@@ -1,9 +1,9 @@
 """The import graph of ``rayflow/``: no circle between its modules, so that the house stays
 walkable bottom up (``rayflow/__init__.py`` draws the layers).
 
-Every import counts, at module level or inside a function: a deferred import still ties two
-modules together. The one exception is an import under ``if TYPE_CHECKING:`` in a module whose
-docstring says why it needs one (it names ``TYPE_CHECKING``): it runs for the type checker only.
+Every import counts, at module level, inside a function or under ``if TYPE_CHECKING:``: a
+deferred import still ties two modules together, and a type-only one ties them for the reader
+and the type checker (a circle through one is usually a type that lives in the wrong module).
 
 ``KNOWN`` lists the circles being taken apart in other changes; the test passes with them,
 fails for any other circle, and fails when a listed one is gone, so the list only shrinks.
@@ -55,15 +55,12 @@ def imports(name: str) -> set[str]:
     """The modules of ``rayflow`` that module ``name`` imports."""
     path = MODULES[name]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    excused = "TYPE_CHECKING" in (ast.get_docstring(tree) or "")
-    typing_only = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING")]
-    skipped = {id(node) for block in typing_only if excused for node in ast.walk(block)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and id(node) not in skipped:
+        if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and id(node) not in skipped:
+        elif isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             module = ".".join(filter(None, [base, node.module]))
             found |= {f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names}

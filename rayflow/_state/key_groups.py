@@ -34,23 +34,22 @@ a per-task one takes the old task of its own index (refused when the number of o
 its parallelism); its first commit writes them into their new namespaces and the record, and the
 old namespaces are read no more.
 
-``Topology`` is imported for TYPE_CHECKING only: ``create_topology`` calls ``assign_key_groups``.
+It reads a ``Topology`` from ``_graph``, not from ``_topology``, whose ``create_topology`` calls
+``assign_key_groups``.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._components import StatefulBolt
 from .._errors import StateError, TopologyError
+from .._graph import Topology
 from .._groupings import FieldsGrouping, key_bytes, stable_hash
 from .checkpoint import CHECKPOINT_STREAM, task_namespace
 from .provider import StateProvider
-
-if TYPE_CHECKING:
-    from .._topology import Topology
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
