@@ -19,6 +19,9 @@ instructions per word with valgrind's callgrind (two sizes, the difference divid
 between them, as ``inprocess.py`` describes): deterministic, so one count per revision, and
 immune to a busy machine's noise.
 
+A revision that ships the C kernel (``setup.py``) gets it built in place, as the README's install
+builds it; one that cannot build it runs pure Python, as it would for a user.
+
 The child processes import rayflow, ``examples/wordcount.py`` and ``benchmarks/wordcount.py``
 (or ``benchmarks/inprocess.py``) from the exported tree: a revision must have them (every
 revision since the word-count benchmark was written does).
@@ -59,7 +62,27 @@ def export(revision: str, into: Path) -> Path:
         raise SystemExit(f"git archive {revision}: {done.stderr.strip()}")
     with tarfile.open(archive) as tar:
         tar.extractall(target, filter="data")
+    build_kernel(target)
     return target
+
+
+def build_kernel(tree: Path, cflags: str = "") -> str:
+    """Build the C kernel of ``tree`` in place, as ``pip install -e`` would (revisions with a
+    ``setup.py``; the build is optional, so a tree that cannot build it runs pure Python, as it
+    would for a user); what the build said when it failed, else ``""``. ``cflags`` are added to
+    the compiler's and linker's flags (``--asan``)."""
+    if not (tree / "setup.py").is_file():
+        return "no setup.py"
+    env = {**os.environ, "CFLAGS": cflags, "LDFLAGS": cflags} if cflags else None
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    built = [*(tree / "rayflow").glob("_speedups.*.so"), *(tree / "rayflow").glob("_speedups.*.pyd")]
+    return "" if done.returncode == 0 and built else done.stderr[-2000:] or "built nothing"
 
 
 def child(tree: str, runs: int, sentences: int) -> None:
@@ -98,13 +121,14 @@ def child(tree: str, runs: int, sentences: int) -> None:
     print(RESULT + json.dumps(rates), flush=True)
 
 
-def measure(tree: Path, runs: int, sentences: int) -> list[float]:
+def measure(tree: Path, runs: int, sentences: int, env: dict[str, str] | None = None) -> list[float]:
+    """Words/s of ``runs`` word counts on Ray, in a child process with ``env`` added to its own."""
     done = subprocess.run(
         [sys.executable, __file__, "--child", str(tree), str(runs), str(sentences)],
         capture_output=True,
         text=True,
         cwd=tempfile.gettempdir(),
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
     )
     for line in done.stdout.splitlines():
         if line.startswith(RESULT):
@@ -113,15 +137,16 @@ def measure(tree: Path, runs: int, sentences: int) -> list[float]:
     raise SystemExit(f"the run of {tree.name} failed:\n{done.stderr[-3000:]}")
 
 
-def cpu_per_word(tree: Path, runs: int, sentences: int, tasks: int) -> list[float]:
-    """The in-process word count's CPU microseconds per word: the best and the median of ``runs``."""
+def cpu_per_word(tree: Path, runs: int, sentences: int, tasks: int, env: dict[str, str] | None = None) -> list[float]:
+    """The in-process word count's CPU microseconds per word: the best and the median of ``runs``
+    (``env`` added to the child's environment)."""
     done = subprocess.run(
         [sys.executable, "benchmarks/inprocess.py", "--runs", str(runs), "--sentences", str(sentences)]
         + ["--split", str(tasks), "--count", str(tasks)],
         capture_output=True,
         text=True,
         cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, "PYTHONPATH": str(tree), **(env or {})},
     )
     found = re.search(r"best ([\d.]+) us/word, median ([\d.]+) us/word", done.stdout)
     if found is None:
@@ -129,8 +154,9 @@ def cpu_per_word(tree: Path, runs: int, sentences: int, tasks: int) -> list[floa
     return [float(found[1]), float(found[2])]
 
 
-def instructions(tree: Path, sentences: int, tasks: int) -> int:
-    """Instructions the in-process word count of ``sentences`` takes, set-up included (callgrind)."""
+def instructions(tree: Path, sentences: int, tasks: int, env: dict[str, str] | None = None) -> int:
+    """Instructions the in-process word count of ``sentences`` takes, set-up included (callgrind;
+    ``env`` added to the child's environment)."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
@@ -141,7 +167,7 @@ def instructions(tree: Path, sentences: int, tasks: int) -> int:
         capture_output=True,
         text=True,
         cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, "PYTHONPATH": str(tree), **(env or {})},
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:

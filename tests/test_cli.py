@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from rayflow._cli import MEANING, ExitCode, app, console, flow_order
 from rayflow._cli.commands import _actors, show_debug_log
 from rayflow._cli.monitor import Monitor, task_view
+from rayflow._executors import kernel
 from rayflow.topology_file import load_topology
 from rayflow.topology_file._drawing import CHAIN_LABEL, to_dot, to_mermaid
 
@@ -275,7 +276,7 @@ class TestSchemaAndEntryPoints:
     def test_version(self) -> None:
         code, out, _ = invoke("--version")
         assert code == 0
-        assert out.strip() == f"rayflow {version('rayflow')}"
+        assert out.strip() == f"rayflow {version('rayflow')} ({kernel.BUILD})"
 
     def test_run_help_reflows_its_paragraphs_and_lists_the_exit_codes(self) -> None:
         """The help's paragraphs fill the terminal's width instead of keeping the source's line breaks."""

@@ -59,8 +59,11 @@ def _version() -> str:
 
 
 def _print_version(value: bool) -> None:
+    """The version, and which build runs a ``BasicBolt``'s hot loops: the C kernel or pure Python."""
     if value:
-        console.out.print(f"rayflow {_version()}", markup=False)
+        from .._executors.kernel import BUILD
+
+        console.out.print(f"rayflow {_version()} ({BUILD})", markup=False)
         raise typer.Exit()
 
 
@@ -68,7 +71,12 @@ def _print_version(value: bool) -> None:
 def _options(
     show_version: Annotated[
         bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Print rayflow's version and exit."),
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print rayflow's version and build (C or pure Python).",
+        ),
     ] = False,
 ) -> None:
     """Run Storm-style topologies described in YAML files on Ray."""

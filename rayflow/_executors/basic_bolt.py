@@ -4,7 +4,8 @@ Every emit is anchored to the input, the input is acked when ``execute`` returns
 it raises. The adapter runs whole stream segments itself (``run_inline``), because a call per
 tuple through an adapter would cost more than the bookkeeping, and it has the executor bind its
 collector's ``emit`` to one emit per stream (``input_emit.py``): one Python call per emitted
-tuple, with the stream's route bound in it."""
+tuple, with the stream's route bound in it. Where the C kernel runs (``kernel.py``), both loops
+are its C copies: ``run_inline`` below and those emits are what the C must do."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .._components import BasicBolt, OutputFieldsDeclarer
 from .._context import TopologyContext
 from .._errors import FailedException
 from .._tuple import Tuple, TupleSource
+from . import kernel
 from .bolt_kind import BoltKind
 
 if TYPE_CHECKING:  # the executor builds its kind; the kind only calls back into it
@@ -33,6 +35,8 @@ class BasicBoltAdapter(BoltKind):
         self.basic_collector = BasicOutputCollector(task)
         task.input_collector = self.basic_collector
         task.wire_input_emits()
+        if kernel.KERNEL is not None:
+            self.run_inline = self._run_inline_in_c  # type: ignore[method-assign]
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.user_component.declare_output_fields(declarer)
@@ -50,6 +54,33 @@ class BasicBoltAdapter(BoltKind):
             self.user_component.execute(tup, collector)
         finally:
             collector.input = None
+
+    def _run_inline_in_c(
+        self, column: list[Any], trees: Iterator[int], source: TupleSource, joined: list[Any]
+    ) -> int:
+        """``run_inline`` by the C kernel (``kernel.py``), which does what the Python loop below
+        does, calling back ``_execute_raised`` when ``execute`` raises an ``Exception``."""
+        assert kernel.KERNEL is not None, "bound only where the kernel runs"
+        task = self._task
+        failed: int = kernel.KERNEL.run_inline(
+            task,
+            self.user_component.execute,
+            self.basic_collector,
+            task.outbox.acker_mails,
+            column,
+            trees,
+            source,
+            joined,
+            self._execute_raised,
+        )
+        return failed
+
+    def _execute_raised(self, tup: Tuple, exc: Exception) -> None:
+        """What the loop does when ``execute`` raises: report it, unless it is a
+        ``FailedException`` (the bolt failing the input on purpose), and fail the input."""
+        if not isinstance(exc, FailedException):
+            self._task.report_error(exc, f"execute raised on {tup!r}")
+        self._task.fail(tup)
 
     def run_inline(self, column: list[Any], trees: Iterator[int], source: TupleSource, joined: list[Any]) -> int:
         """Execute one stream segment, acking each input that returns and failing each that

@@ -20,6 +20,7 @@ from .._state.alignment import CheckpointAlignment
 from .._state.checkpoint import CHECKPOINT_STREAM, INITSTATE, PREPARE, ROLLBACK
 from .._topology import Topology
 from .._tuple import DEFAULT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple, TupleSource
+from . import kernel
 from .base import Emitter, Link, Timer, logger
 from .bolt_kind import BoltKind, CheckpointDeferred, KindFactory
 from .input_emit import InputEmit, input_emits
@@ -430,12 +431,18 @@ class BoltExecutor(Emitter):
     def wire_input_emits(self) -> None:
         """Bind the input collector's ``emit`` (set by an inline kind) to the emit of the
         component's default stream, or of its only stream (``input_emit.py``), again whenever an
-        observer comes or goes: each emit is built knowing whether anyone watches."""
+        observer comes or goes: each emit is built knowing whether anyone watches. Where the C
+        kernel runs (``kernel.py``), the collector's ``emit`` is its ``EmitKernel`` instead, which
+        hands what is off its fast path to ``emit_input``, and so to the same Python emits."""
         collector = self.input_collector
         assert collector is not None, "an inline kind sets the input collector before wiring it"
         observe = self._emitted if self._watched else None
         emits = self._input_emits = input_emits(self, self._batches, observe, self.emit_input)
-        if DEFAULT_STREAM in emits:
+        if kernel.KERNEL is not None:
+            collector.emit = kernel.KERNEL.EmitKernel(  # type: ignore[method-assign]
+                self, collector, self.emit_input, DEFAULT_STREAM
+            )
+        elif DEFAULT_STREAM in emits:
             collector.emit = emits[DEFAULT_STREAM]  # type: ignore[method-assign]
         elif len(emits) == 1:
             (collector.emit,) = emits.values()  # type: ignore[method-assign]

@@ -1,9 +1,12 @@
-/* rayflow._speedups: a hand-written CPython 3.11 kernel for the two per-tuple loops of a
- * BasicBolt -- its emit and its run loop. An experiment of issue 34 (speed), NOT shipped: it
- * exists so that "would C written by hand pay where mypyc did not?" can be measured again at
- * any revision, with `python benchmarks/c_kernel.py` (which exports the revision, copies this
- * file in as rayflow/_speedups.c, wires it in with text patches, builds it and counts). The
- * repository's rayflow/ never imports it.
+/* rayflow._speedups: a hand-written C kernel for the two per-tuple loops of a BasicBolt -- its
+ * emit and its run loop -- against the CPython C API (3.10 and later, not the limited API, not
+ * free-threaded). Optional: setup.py builds it on install when a C compiler and Python's headers
+ * are there, and rayflow/_executors/kernel.py loads it unless RAYFLOW_PURE_PYTHON=1 is set, the
+ * import fails or setup() refuses; otherwise the Python it replaces runs
+ * (BasicBoltAdapter.run_inline and the emits of input_emit.py). The Python is the contract: every
+ * path here must do what it does, tuple for tuple and edge for edge (tests/test_emit_paths.py,
+ * tests/test_kernel.py; benchmarks/c_kernel.py --asan runs the semantics tests under
+ * AddressSanitizer).
  *
  *   EmitKernel(executor, collector, fallback, default_stream)
  *       Installed as BasicOutputCollector.emit after BoltExecutor.wire_input_emits: the fast
@@ -26,7 +29,7 @@
  *       Once, at import: finds the __slots__ member descriptors of those classes and keeps
  *       their offsets, so that the kernels read and write slots directly (no getattr), and
  *       seeds the edge-id generator from 32 bytes (os.urandom). A slot renamed since raises
- *       TypeError here, naming it.
+ *       TypeError here, naming it, and the kernel stays unusable (the loader runs Python).
  *
  * Edge ids: 64 random bits, never 0 (redrawn), from xoshiro256** (like anchoring's generator,
  * not reseeded on fork).
@@ -105,30 +108,38 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "seed: 32 bytes wanted");
         return NULL;
     }
-    memcpy(rng_s, seed.buf, 32);
+    uint64_t seed_s[4];
+    memcpy(seed_s, seed.buf, 32);
     PyBuffer_Release(&seed);
-    if (!(rng_s[0] | rng_s[1] | rng_s[2] | rng_s[3])) rng_s[0] = 1;
-    TupleType = (PyTypeObject *)tt;
-    SourceType = (PyTypeObject *)st;
-    BatchType = (PyTypeObject *)bt;
-    RouteType = (PyTypeObject *)rt;
-    MailType = (PyTypeObject *)mt;
-    if (member_offset(TupleType, "values", &off_t_values) || member_offset(TupleType, "_source", &off_t_source) ||
-        member_offset(TupleType, "_tree", &off_t_tree) || member_offset(TupleType, "_val", &off_t_val) ||
-        member_offset(SourceType, "fields", &off_s_fields) ||
-        member_offset(RouteType, "stream", &off_r_stream) ||
-        member_offset(RouteType, "emit_arity", &off_r_emit_arity) ||
-        member_offset(RouteType, "single", &off_r_single) ||
-        member_offset(RouteType, "subscribed", &off_r_subscribed) || member_offset(RouteType, "key", &off_r_key) ||
-        member_offset(RouteType, "known", &off_r_known) || member_offset(RouteType, "choose", &off_r_choose) ||
-        member_offset(BatchType, "values", &off_b_values) || member_offset(BatchType, "trees", &off_b_trees) ||
-        member_offset(BatchType, "stream", &off_b_stream) || member_offset(MailType, "acks", &off_m_acks))
+    /* the offsets in use, put back if one is missing: kernels made before keep working */
+    Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields,
+                                   &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
+                                   &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
+                                   &off_m_acks};
+    enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
+    Py_ssize_t before[N_OFFSETS];
+    for (int i = 0; i < N_OFFSETS; i++) before[i] = *offsets[i];
+    PyTypeObject *tuple_t = (PyTypeObject *)tt, *source_t = (PyTypeObject *)st, *batch_t = (PyTypeObject *)bt,
+                 *route_t = (PyTypeObject *)rt, *mail_t = (PyTypeObject *)mt;
+    if (member_offset(tuple_t, "values", &off_t_values) || member_offset(tuple_t, "_source", &off_t_source) ||
+        member_offset(tuple_t, "_tree", &off_t_tree) || member_offset(tuple_t, "_val", &off_t_val) ||
+        member_offset(source_t, "fields", &off_s_fields) || member_offset(route_t, "stream", &off_r_stream) ||
+        member_offset(route_t, "emit_arity", &off_r_emit_arity) || member_offset(route_t, "single", &off_r_single) ||
+        member_offset(route_t, "subscribed", &off_r_subscribed) || member_offset(route_t, "key", &off_r_key) ||
+        member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
+        member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
+        member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks)) {
+        for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
-    Py_INCREF(tt);
-    Py_INCREF(st);
-    Py_INCREF(bt);
-    Py_INCREF(rt);
-    Py_INCREF(mt);
+    }
+    memcpy(rng_s, seed_s, 32);
+    if (!(rng_s[0] | rng_s[1] | rng_s[2] | rng_s[3])) rng_s[0] = 1;
+    /* again (a test loads twice): the new types replace the old, whose references go */
+    Py_XSETREF(TupleType, (PyTypeObject *)Py_NewRef(tt));
+    Py_XSETREF(SourceType, (PyTypeObject *)Py_NewRef(st));
+    Py_XSETREF(BatchType, (PyTypeObject *)Py_NewRef(bt));
+    Py_XSETREF(RouteType, (PyTypeObject *)Py_NewRef(rt));
+    Py_XSETREF(MailType, (PyTypeObject *)Py_NewRef(mt));
     ready = 1;
     Py_RETURN_NONE;
 }

@@ -1,0 +1,32 @@
+"""Types of the optional C kernel (``_speedups.c``, whose header says what each name does)."""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._collectors import BasicOutputCollector
+from ._outbox import AckerMail
+
+class EmitKernel:
+    """``BasicOutputCollector.emit``'s fast path in C; off it, ``fallback``."""
+
+    def __init__(
+        self, executor: Any, collector: BasicOutputCollector, fallback: Callable[..., list[int]], default_stream: str
+    ) -> None: ...
+    def __call__(self, values: list[Any], stream: str = ...) -> list[int]: ...
+
+def setup(
+    tuple_type: type, source_type: type, batch_type: type, route_type: type, mail_type: type, seed: bytes, /
+) -> None: ...
+def run_inline(
+    task: Any,
+    execute: Callable[[Any, BasicOutputCollector], object],
+    collector: BasicOutputCollector,
+    mails: list[AckerMail],
+    column: list[Any],
+    trees: Iterator[int],
+    source: Any,
+    joined: list[Any],
+    on_error: Callable[[Any, Exception], object],
+    /,
+) -> int: ...
+def counters() -> dict[str, int]: ...

@@ -1,0 +1,25 @@
+"""The optional C kernel of a BasicBolt's emit and run loop (``rayflow/_speedups.c``).
+
+Everything else about the package is in ``pyproject.toml``; this file only adds the extension,
+which setuptools builds on install -- in place, beside the source, for ``pip install -e`` -- and
+leaves out, with a warning, when it cannot be built (no C compiler, no Python headers): rayflow
+then runs on pure Python, which ``rayflow --version`` says. It is not built where the kernel
+does not apply: another interpreter than CPython, or a free-threaded build (the kernel holds
+borrowed references that only the GIL keeps valid).
+"""
+
+import platform
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+
+KERNEL = Extension(
+    "rayflow._speedups",
+    ["rayflow/_speedups.c"],
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2"],  # as benchmarks/c_kernel.py measured it
+    optional=True,
+)
+
+applies = platform.python_implementation() == "CPython" and not sysconfig.get_config_var("Py_GIL_DISABLED")
+setup(ext_modules=[KERNEL] if applies else [])

@@ -1,0 +1,143 @@
+"""The C kernel of a ``BasicBolt``'s emit and run loop (``rayflow/_speedups.c``), and which build
+runs (``rayflow/_executors/kernel.py``).
+
+The suite runs on the build this process loaded: the kernel where the install built it, pure
+Python where it could not or ``RAYFLOW_PURE_PYTHON=1`` is set. One test here runs the in-process
+semantics tests on the other build, in a child process, so that both builds are held to them in
+one run of the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.c_kernel import SEMANTICS_TESTS
+from examples.wordcount import SplitSentence, WordCount
+from rayflow import Spout, TopologyBuilder
+from rayflow._cli import app
+from rayflow._executors import kernel
+from rayflow._executors.kernel import PURE_PYTHON_ENV, load
+from rayflow.testing import CompletedTopology, complete_topology
+
+REPO = Path(__file__).resolve().parents[1]
+on_the_kernel = pytest.mark.skipif(kernel.KERNEL is None, reason=f"the C kernel does not run here: {kernel.BUILD}")
+
+
+def other_build_env() -> dict[str, str] | None:
+    """The environment of a child process that runs the other build, or ``None`` if there is
+    none here (the kernel is not built)."""
+    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
+    if kernel.KERNEL is not None:
+        return {**env, PURE_PYTHON_ENV: "1"}
+    if load({})[0] is not None:  # built, and off only because RAYFLOW_PURE_PYTHON=1 is set
+        return env
+    return None
+
+
+class TestWhichBuildRuns:
+    def test_rayflow_pure_python_1_runs_pure_python_where_the_kernel_is_built(self) -> None:
+        imported: list[bool] = []
+        found, build = load({PURE_PYTHON_ENV: "1"}, lambda: imported.append(True) or SimpleNamespace())  # type: ignore[arg-type, func-returns-value]
+        assert (found, build, imported) == (None, "pure Python (RAYFLOW_PURE_PYTHON=1)", [])
+
+    def test_a_kernel_that_does_not_import_runs_pure_python(self) -> None:
+        """Not built, or built against another Python: the import fails, nothing crashes."""
+
+        def built_for_another_python() -> Any:
+            raise ImportError("rayflow/_speedups.so: undefined symbol: _PyObject_GenericGetDict")
+
+        found, build = load({}, built_for_another_python)
+        assert found is None
+        assert build == "pure Python (no C kernel: rayflow/_speedups.so: undefined symbol: _PyObject_GenericGetDict)"
+
+    def test_a_kernel_whose_setup_refuses_the_classes_runs_pure_python(self) -> None:
+        """An old build against classes whose slots were renamed since."""
+
+        def setup(*_: Any) -> None:
+            raise TypeError("Tuple._val is not a __slots__ member")
+
+        found, build = load({}, lambda: SimpleNamespace(setup=setup))  # type: ignore[arg-type, return-value]
+        assert found is None
+        assert "Tuple._val is not a __slots__ member; reinstall to rebuild it" in build
+
+    def test_rayflow_version_says_which_build_runs(self) -> None:
+        result = CliRunner().invoke(app, ["--version"])
+        assert result.exit_code == 0
+        assert result.output.strip().endswith(f"({kernel.BUILD})")
+
+
+class Sentences(Spout):
+    """Stands for the sentences given as ``mocked_sources``."""
+
+    outputs = ["sentence"]
+
+    def next_tuple(self) -> None:
+        raise AssertionError("replaced by the mocked sentences")
+
+
+def word_count(sentences: list[str]) -> CompletedTopology:
+    """Storm's word count (``examples/wordcount.py``), 2 x 2, run to completion on ``sentences``."""
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Sentences())
+    builder.set_bolt("split", SplitSentence(), parallelism=2).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism=2).fields_grouping("split", ["word"])
+    return complete_topology(builder.create_topology(), mocked_sources={"sentences": [[s] for s in sentences]})
+
+
+@on_the_kernel
+class TestOnTheKernel:
+    def test_a_word_count_takes_the_c_paths_and_every_tree_is_acked(self) -> None:
+        """200 sentences of 6 words: every word is emitted in C by the split and every count in
+        C by the count, each batch runs through the C loop, nothing falls back to Python."""
+        assert kernel.KERNEL is not None
+        sentences = ["the cow jumped over the moon"] * 200
+        before = kernel.KERNEL.counters()
+        result = word_count(sentences)
+        after = kernel.KERNEL.counters()
+        assert sorted(result.acked("sentences")) == list(range(200)) and result.failed("sentences") == []
+        assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 200  # a word, then its count
+        assert after["emit_fallback"] == before["emit_fallback"]
+        assert after["run_inline"] > before["run_inline"]
+
+    def test_setup_refuses_classes_without_the_slots_it_writes_and_the_kernel_keeps_running(self) -> None:
+        """A refused ``setup`` leaves the offsets in use as they were."""
+        assert kernel.KERNEL is not None
+
+        class Tuple:
+            __slots__ = ("values", "_source", "_tree")
+
+        with pytest.raises(TypeError, match="Tuple._val is not a __slots__ member"):
+            kernel.KERNEL.setup(Tuple, object, object, object, object, os.urandom(32))
+        with pytest.raises(ValueError, match="32 bytes"):
+            kernel.KERNEL.setup(Tuple, object, object, object, object, b"short")
+        result = word_count(["a b c"] * 10)
+        assert sorted(result.acked("sentences")) == list(range(10))
+
+
+def test_the_semantics_tests_pass_on_the_other_build() -> None:
+    """``SEMANTICS_TESTS`` (in process, not the Ray ones) in a child process on the build this
+    process did not load: pure Python under a kernel build, the kernel under
+    ``RAYFLOW_PURE_PYTHON=1``. The child's own test of its build checks it loaded the other."""
+    env = other_build_env()
+    if env is None:
+        pytest.skip(f"one build only: {kernel.BUILD}")
+    check = "from rayflow._executors import kernel; print(kernel.BUILD)"
+    child_build = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True)
+    assert child_build.stdout.strip() != kernel.BUILD
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not ray", *SEMANTICS_TESTS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"on {child_build.stdout.strip()}:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
