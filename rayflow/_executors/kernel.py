@@ -40,16 +40,16 @@ def load(
 ) -> tuple[ModuleType | None, str]:
     """The kernel set up to run (``None`` for pure Python) and a line saying which build runs."""
     if environ.get(PURE_PYTHON_ENV, "") == "1":
-        return None, f"pure Python ({PURE_PYTHON_ENV}=1)"
+        return None, f"pure Python: {PURE_PYTHON_ENV}=1"
     try:
         kernel = import_kernel()
     except ImportError as exc:  # not built, or built against another Python
-        return None, f"pure Python (no C kernel: {exc})"
+        return None, f"pure Python: no C kernel ({exc})"
     try:
         kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
     except Exception as exc:  # a slot renamed since the build, or an older build
-        return None, f"pure Python (the C kernel does not fit this rayflow: {exc}; reinstall to rebuild it)"
-    return kernel, "C kernel (rayflow._speedups)"
+        return None, f"pure Python: the C kernel does not fit this rayflow ({exc}); reinstall to rebuild it"
+    return kernel, "C kernel"
 
 
 KERNEL, BUILD = load()
