@@ -28,9 +28,11 @@ environment, interleaved); the verdict is the ratio of the medians of words/s.
 ``--tests`` runs ``SEMANTICS_TESTS`` (``-m "not ray"``) on each build and prints the kernel's
 counters over them. ``--asan`` builds the kernel with ``-fsanitize=address
 -fno-omit-frame-pointer`` and runs ``SEMANTICS_TESTS`` and a word count on it, with gcc's
-``libasan`` preloaded (Python itself is not instrumented) and leak detection off (CPython's
-own allocations would drown it): any invalid read or write, use after free or double free in
-the kernel stops the run with ASan's report. ``--leaks`` runs ``LEAK_WORDS`` words three times
+``libasan`` preloaded (Python itself is not instrumented), ``PYTHONMALLOC=malloc`` (so that
+every Python object is a malloc block ASan watches: a reference the kernel drops once too often
+frees an object early, and the next touch is a use after free) and leak detection off
+(CPython's own allocations would drown it): any invalid read or write, use after free or double
+free in the kernel stops the run with ASan's report. ``--leaks`` runs ``LEAK_WORDS`` words three times
 in one process per build and prints, for the second and third run, what stayed allocated
 after it (``sys.getallocatedblocks``, ``len(gc.get_objects())``) and how the reference counts of
 ``None``, ``True``, ``False``, ``0`` and ``1`` moved (not immortal on CPython 3.11: a reference the
@@ -210,8 +212,11 @@ def asan(tree: Path) -> int:
     libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
     if not Path(libasan).is_file():
         raise SystemExit(f"no libasan.so from gcc ({libasan!r}): apt-get install gcc")
-    env = {"LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1"}
-    print(f"kernel built with {flags}; LD_PRELOAD={libasan}", flush=True)
+    (built,) = (tree / "rayflow").glob("_speedups.*.so")
+    if b"__asan_" not in built.read_bytes():
+        raise SystemExit(f"{built} is not instrumented: the build ignored CFLAGS")
+    env = {"LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "PYTHONMALLOC": "malloc"}
+    print(f"kernel built with {flags}; LD_PRELOAD={libasan}, PYTHONMALLOC=malloc", flush=True)
     counters = check(tree, "kernel", 3000, env)
     print(f"3000 sentences under ASan, every one acked: {counters}", flush=True)
     return run_tests(tree, "kernel", env)
