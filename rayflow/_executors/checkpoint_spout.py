@@ -67,7 +67,7 @@ class CheckpointSpoutExecutor(SpoutExecutor):
             val ^= edge
             self._link.send_control(task, Barrier(txid, action, root, edge))
         mails = self.outbox.acker_mails
-        mails[root % len(mails)].inits += (root, val)
+        mails[root % len(mails)].inits[root] = val
         self.outbox.urgent = True
         self.pending.newest[root] = msg_id
         self.exhausted = False

@@ -245,7 +245,7 @@ class SpoutExecutor(Emitter):
                 self.outbox.send_batch(task)
         if root:
             mails = self.outbox.acker_mails
-            mails[root % len(mails)].inits += (root, val)
+            mails[root % len(mails)].inits[root] = val
             self.pending.newest[root] = msg_id  # ``pending.add``, inline
             if not root & LATENCY_SAMPLE_MASK:
                 self._started[root] = time.perf_counter()

@@ -165,6 +165,8 @@ class TaskActor:
         executor = executors[self._task_id]
         self._executor: Executor = executor
         if self._chain is not None:
+            for task in self._guests:  # one frame per acker per flush; acks fold into the host's inits
+                executors[task].outbox.share_acker_mails(executor.outbox)
             self._outbox: Outbox | ChainOutboxes = ChainOutboxes([each.outbox for each in executors.values()])
         else:
             self._outbox = executor.outbox
@@ -371,10 +373,14 @@ class TaskActor:
     # -- background loops ---------------------------------------------------------------------
     async def _source_loop(self, linger: float) -> None:
         """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
-        when a batch fills or ``linger`` passes, inits every control linger. When it emits
+        when a batch fills or ``linger`` passes, inits every control linger -- or, while
+        batches wait for the tasks chained to this one, after those have executed them
+        (``_execute_inbox`` sends them): the chained tasks' acks of the same trees then fold
+        into the inits (``AckerMail``), one acker message per tree fewer. When it emits
         nothing the loop backs off, still sending on the same lingers (a rate-limited spout would
         otherwise make one small call per turn); when it may not emit (inactive, exhausted, or
-        the pending budget spent), everything waiting goes out at once."""
+        the pending budget spent), everything waiting goes out at once (the inits, again,
+        once the chained tasks have executed what waits for them)."""
         executor = self._executor
         outbox = self._outbox
         clock = time.monotonic
@@ -382,7 +388,10 @@ class TaskActor:
         idle = SPOUT_IDLE_SECS[0]
         while self._running:
             if not executor.wants_next_tuple():
-                outbox.flush()
+                if self._nothing_waits():
+                    outbox.flush()
+                else:  # the inits go once the chained tasks have executed what waits for them
+                    outbox.flush_data()
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), SPOUT_BLOCKED_SECS)
@@ -393,7 +402,7 @@ class TaskActor:
                 if now - data_sent >= linger:
                     outbox.flush_data()
                     data_sent = now
-                if now - control_sent >= self._control_linger:
+                if now - control_sent >= self._control_linger and self._nothing_waits():
                     outbox.flush_control()
                     control_sent = now
                 await self._transport.wait_for_room()
