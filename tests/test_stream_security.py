@@ -250,18 +250,21 @@ class TestWhoMayListen:
 
         async def scenario() -> None:
             received = bytearray()
+            hung_up = asyncio.Event()  # the sender closed the connection: all it sent is read
 
             async def impostor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
                 writer.write(os.urandom(16) + b"\x01")
                 while data := await reader.read(65536):
                     received.extend(data)
+                hung_up.set()
 
             server = await asyncio.start_server(impostor, "127.0.0.1", 0)
             address = ("127.0.0.1", server.sockets[0].getsockname()[1])
             link = StreamTransport({2: address}, KEYS.issue(1), max_tuples=1, max_frames=10)
             link.send_data(2, (0, [SECRET_TUPLE] * 10))
-            await asyncio.wait_for(link.wait_for_room(), 5)  # the refusal frees the sender
+            await asyncio.wait_for(link.wait_for_room(), 20)  # the refusal frees the sender
             assert link.backlog(2) == UNREACHABLE  # refused: a shuffle sends it nothing for now
+            await asyncio.wait_for(hung_up.wait(), 20)
             assert SECRET_TUPLE.encode() not in received
             assert received[:1] == b"\x16"  # a TLS handshake record, the ClientHello
             server.close()
