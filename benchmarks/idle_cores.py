@@ -215,7 +215,8 @@ def run_once(cluster: LocalCluster, sentences: int, c: Configuration, scratch: P
     time.sleep(2 * WRITE_SECS)  # the count's watcher writes its last samples
     if not handle.wait(timeout=60, poll_secs=0.05):
         raise SystemExit(f"{c.name}: the spout did not finish")
-    spout = handle.metrics()["sentences"]
+    metrics = handle.metrics()
+    spout = metrics["sentences"]
     handle.kill()
     words = words_in(sentences)
     window = [s for s in snapshots if started + EDGE_SECS <= s[0] <= started + elapsed - EDGE_SECS]
@@ -234,6 +235,8 @@ def run_once(cluster: LocalCluster, sentences: int, c: Configuration, scratch: P
         "cpu_us_per_word": cpu,
         "spout_waits": waited(spout_waits, t0, t1),
         "count_waits": waited(count_waits, t0, t1) if c.tasks == 1 else {},
+        "acker_messages_per_tree": metrics["__acker"]["executed"] / sentences,
+        "frames_per_1000_words": sum(m["calls_out"] for m in metrics.values()) / words * 1000,
         "p50": spout["complete_latency_ms"]["p50"],
         "p99": spout["complete_latency_ms"]["p99"],
     }
@@ -280,7 +283,9 @@ def _line(out: dict[str, Any]) -> str:
         return " ".join(f"{what} {share:.0%}" for what, share in waits.items() if share >= 0.005) or "-"
 
     return (
-        f"{out['words_per_s']:,.0f} words/s, p50/p99 {out['p50']:.1f}/{out['p99']:.1f} ms | {actors}"
+        f"{out['words_per_s']:,.0f} words/s, p50/p99 {out['p50']:.1f}/{out['p99']:.1f} ms, "
+        f"{out['acker_messages_per_tree']:.2f} acker messages per tree, "
+        f"{out['frames_per_1000_words']:.2f} frames per 1,000 words | {actors}"
         f" | spout actor waited: {shares(out['spout_waits'])}; count: {shares(out['count_waits'])}"
     )
 

@@ -4,6 +4,7 @@ speed? Not a test: run it on a quiet machine.
     python benchmarks/revisions.py BASE [HEAD] [--rounds 4] [--runs 5] [--sentences 400000]
     python benchmarks/revisions.py BASE [HEAD] --inprocess [--tasks N]     # CPU per word, no Ray
     python benchmarks/revisions.py BASE [HEAD] --instructions [--tasks N]  # under callgrind
+    python benchmarks/revisions.py BASE [HEAD] --rate 15000 [--secs 10]     # latency at a fixed rate
 
 Each revision is exported with ``git archive`` into a temporary directory (the working tree is
 not touched; ``HEAD`` by default). A round starts one process per revision, the order turned
@@ -11,6 +12,10 @@ round every round, each with its own local Ray; every process runs a warm-up top
 ``--runs`` topologies of spout -> split (shuffle) -> count (fields), one task each and one
 acker, and reports words/s for each. The verdict is the ratio of the medians over all runs,
 and each round's ratio of medians, so that a machine whose speed drifts shows as spread.
+
+``--rate`` feeds each run at that many sentences a second for ``--secs`` seconds (about half
+the saturated rate is what ``wordcount.py``'s latency run does) and compares the complete
+latency instead: each run's p50 and p99, and their medians side by side.
 
 ``--inprocess`` runs each revision's ``benchmarks/inprocess.py`` instead (the executors and
 the pickled wire without Ray; ``--runs`` runs of ``--sentences`` per process, default 50,000),
@@ -85,8 +90,9 @@ def build_kernel(tree: Path, cflags: str = "") -> str:
     return "" if done.returncode == 0 and built else done.stderr[-2000:] or "built nothing"
 
 
-def child(tree: str, runs: int, sentences: int) -> None:
-    """Run in a process of its own: the word count of the rayflow in ``tree``."""
+def child(tree: str, runs: int, sentences: int, rate: float | None = None) -> None:
+    """Run in a process of its own: the word count of the rayflow in ``tree``; with ``rate``,
+    fed at that many sentences a second, reporting each run's complete latency (p50, p99)."""
     sys.path.insert(0, tree)
     os.chdir(tree)
     import rayflow
@@ -97,9 +103,9 @@ def child(tree: str, runs: int, sentences: int) -> None:
     if not str(Path(rayflow.__file__).resolve()).startswith(str(Path(tree).resolve())):
         raise SystemExit(f"imported rayflow from {rayflow.__file__}, not from {tree}")
 
-    def once(cluster: Any, name: str, n: int) -> float:
+    def once(cluster: Any, name: str, n: int) -> Any:
         builder = TopologyBuilder()
-        builder.set_spout("sentences", BenchSpout(n))
+        builder.set_spout("sentences", BenchSpout(n, rate))
         builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
         builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
         handle = cluster.submit_topology(name, Config.of({"ackers": 1}), builder.create_topology(), active=False)
@@ -113,6 +119,8 @@ def child(tree: str, runs: int, sentences: int) -> None:
         handle.kill()
         if spout["acked"] != n or spout["failed"]:
             raise SystemExit(f"{name}: {spout['acked']} acked and {spout['failed']} failed of {n}")
+        if rate:
+            return [spout["complete_latency_ms"]["p50"], spout["complete_latency_ms"]["p99"]]
         return float(words_in(n)) / elapsed
 
     with LocalCluster() as cluster:
@@ -121,10 +129,13 @@ def child(tree: str, runs: int, sentences: int) -> None:
     print(RESULT + json.dumps(rates), flush=True)
 
 
-def measure(tree: Path, runs: int, sentences: int, env: dict[str, str] | None = None) -> list[float]:
-    """Words/s of ``runs`` word counts on Ray, in a child process with ``env`` added to its own."""
+def measure(
+    tree: Path, runs: int, sentences: int, env: dict[str, str] | None = None, rate: float | None = None
+) -> list[Any]:
+    """Words/s of ``runs`` word counts on Ray, in a child process with ``env`` added to its own;
+    with ``rate``, each run's complete latency (p50, p99) at that many sentences a second."""
     done = subprocess.run(
-        [sys.executable, __file__, "--child", str(tree), str(runs), str(sentences)],
+        [sys.executable, __file__, "--child", str(tree), str(runs), str(sentences), str(rate or 0)],
         capture_output=True,
         text=True,
         cwd=tempfile.gettempdir(),
@@ -132,8 +143,8 @@ def measure(tree: Path, runs: int, sentences: int, env: dict[str, str] | None = 
     )
     for line in done.stdout.splitlines():
         if line.startswith(RESULT):
-            rates: list[float] = json.loads(line[len(RESULT) :])
-            return rates
+            results: list[Any] = json.loads(line[len(RESULT) :])
+            return results
     raise SystemExit(f"the run of {tree.name} failed:\n{done.stderr[-3000:]}")
 
 
@@ -202,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--inprocess", action="store_true", help="compare the in-process CPU per word")
     mode.add_argument("--instructions", action="store_true", help="compare instructions per word (callgrind)")
+    mode.add_argument("--rate", type=float, help="compare the complete latency at this many sentences/s")
+    parser.add_argument("--secs", type=float, default=10.0, help="length of each run at --rate")
     parser.add_argument("--tasks", type=int, default=1, help="split and count tasks in process")
     args = parser.parse_args(argv)
     revisions = [args.base, args.head]
@@ -211,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             return compare_instructions(trees, revisions, args.tasks)
         if args.inprocess:
             return compare_inprocess(trees, revisions, args.rounds, args.runs, args.sentences or 50_000, args.tasks)
+        if args.rate:
+            return compare_latency(trees, revisions, args.rounds, args.runs, args.rate, args.secs)
         args.sentences = args.sentences or 400_000
         rates: dict[str, list[list[float]]] = {rev: [] for rev in revisions}
         for round_ in range(args.rounds):
@@ -229,6 +244,26 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.head} / {args.base}: {medians[args.head] / medians[args.base]:.3f}x "
         f"(rounds: {', '.join(f'{r:.3f}' for r in rounds)})"
     )
+    return 0
+
+
+def compare_latency(
+    trees: dict[str, Path], revisions: list[str], rounds: int, runs: int, rate: float, secs: float
+) -> int:
+    """Each revision's complete latency at ``rate`` sentences/s, a process per revision and
+    round, interleaved: every run's p50 and p99, and their medians side by side."""
+    found: dict[str, list[list[float]]] = {rev: [] for rev in revisions}
+    for round_ in range(rounds):
+        for rev in revisions if round_ % 2 == 0 else reversed(revisions):
+            each = measure(trees[rev], runs, int(rate * secs), rate=rate)
+            found[rev] += each
+            shown = ", ".join(f"{p50:.1f}/{p99:.1f}" for p50, p99 in each)
+            print(f"round {round_ + 1} {rev}: p50/p99 {shown} ms", flush=True)
+    print()
+    for rev in revisions:
+        p50 = statistics.median(r[0] for r in found[rev])
+        p99 = statistics.median(r[1] for r in found[rev])
+        print(f"{rev:>12s}  at {rate:,.0f} sentences/s: median p50 {p50:.1f} ms, median p99 {p99:.1f} ms")
     return 0
 
 
@@ -253,7 +288,7 @@ def compare_inprocess(
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]) or None)
         sys.exit(0)
     sys.exit(main())
