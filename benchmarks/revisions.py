@@ -24,8 +24,10 @@ instructions per word with valgrind's callgrind (two sizes, the difference divid
 between them, as ``inprocess.py`` describes): deterministic, so one count per revision, and
 immune to a busy machine's noise.
 
-A revision that ships the C kernel (``setup.py``) gets it built in place, as the README's install
-builds it; one that cannot build it runs pure Python, as it would for a user.
+A revision that ships the C kernel (``setup.py``, since 53176b9) gets it built in place, as the
+README's install builds it; one that cannot build it runs pure Python, as it would for a user.
+Against a revision from before the kernel, that puts the kernel's gain into the comparison: set
+``RAYFLOW_PURE_PYTHON=1`` (the children inherit it) to compare pure Python with pure Python.
 
 The child processes import rayflow, ``examples/wordcount.py`` and ``benchmarks/wordcount.py``
 (or ``benchmarks/inprocess.py``) from the exported tree: a revision must have them (every

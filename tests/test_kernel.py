@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -44,8 +44,13 @@ def other_build_env() -> dict[str, str] | None:
 
 class TestWhichBuildRuns:
     def test_rayflow_pure_python_1_runs_pure_python_where_the_kernel_is_built(self) -> None:
-        imported: list[bool] = []
-        found, build = load({PURE_PYTHON_ENV: "1"}, lambda: imported.append(True) or SimpleNamespace())  # type: ignore[arg-type, func-returns-value]
+        imported: list[str] = []
+
+        def import_kernel() -> ModuleType:
+            imported.append("rayflow._speedups")
+            return ModuleType("rayflow._speedups")
+
+        found, build = load({PURE_PYTHON_ENV: "1"}, import_kernel)
         assert (found, build, imported) == (None, "pure Python: RAYFLOW_PURE_PYTHON=1", [])
 
     def test_a_kernel_that_does_not_import_runs_pure_python(self) -> None:
@@ -64,7 +69,12 @@ class TestWhichBuildRuns:
         def setup(*_: Any) -> None:
             raise TypeError("Tuple._val is not a __slots__ member")
 
-        found, build = load({}, lambda: SimpleNamespace(setup=setup))  # type: ignore[arg-type, return-value]
+        def import_old_kernel() -> ModuleType:
+            old = ModuleType("rayflow._speedups")
+            old.setup = setup  # type: ignore[attr-defined]
+            return old
+
+        found, build = load({}, import_old_kernel)
         assert found is None
         assert build.endswith("(Tuple._val is not a __slots__ member); reinstall to rebuild it")
 
