@@ -97,6 +97,9 @@ class TaskActor:
         """Data frames received, not yet executed, with what finishes each."""
         self._flush_due = False
         self._flushed = 0.0
+        self._held_for_chain = False
+        """The last flush sent data only, leaving the acker traffic for after the chained tasks'
+        batch (``_flush_now``): the next one sends everything."""
         self._control_linger = 0.0
         self._node_id = ray.get_runtime_context().get_node_id()
         self._gpu_ids = list(ray.get_gpu_ids())
@@ -280,7 +283,18 @@ class TaskActor:
             asyncio.get_running_loop().call_later(wait, self._flush_now)
 
     def _flush_now(self) -> None:
+        """Send what waits. In an actor with chained tasks, a batch for them (the host's partial
+        one goes first) puts the acker traffic off until they have executed it -- once, and not
+        when it is urgent: their acks of its trees then fold into the inits (``AckerMail``), and
+        ``_execute_inbox`` flushes again after the batch."""
         self._flush_due = False
+        chain = self._chain
+        if chain is not None and not self._held_for_chain and not self._outbox.urgent:
+            self._outbox.flush_data()
+            if chain.inbox:
+                self._held_for_chain = True
+                return
+        self._held_for_chain = False
         self._flushed = time.monotonic()
         self._outbox.flush()
 
@@ -388,10 +402,9 @@ class TaskActor:
         idle = SPOUT_IDLE_SECS[0]
         while self._running:
             if not executor.wants_next_tuple():
-                if self._nothing_waits():
+                outbox.flush_data()
+                if self._nothing_waits():  # else the inits go once the chained tasks executed their batch
                     outbox.flush()
-                else:  # the inits go once the chained tasks have executed what waits for them
-                    outbox.flush_data()
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), SPOUT_BLOCKED_SECS)
