@@ -9,7 +9,9 @@ with the stream's route bound instead of calling it. This runs the in-process wo
 with none built, so that ``collector.emit`` runs ``BoltExecutor.emit_input``, which calls
 ``emit``, alternating the order every round, and prints the CPU per word of each and the median
 of the rounds' paired ratios. The copy stays only while the ratio says it pays;
-``tests/test_emit_paths.py`` keeps the copies from drifting apart.
+``tests/test_emit_paths.py`` keeps the copies from drifting apart. Both run on pure Python, as if
+``RAYFLOW_PURE_PYTHON=1`` were set: where the C kernel is built, its emit would stand in for both
+(``benchmarks/c_kernel.py`` measures it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.inprocess import measure  # noqa: E402
-from rayflow._executors import bolt  # noqa: E402
+from rayflow._executors import bolt, kernel  # noqa: E402
 
 BOUND = getattr(bolt, "input_emits")  # noqa: B009 (imported there, not exported)
 
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
+    kernel.KERNEL = None  # the Python emits measured, not the C one (this process only)
     bound: list[float] = []
     calling: list[float] = []
     ratios: list[float] = []
