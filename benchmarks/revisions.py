@@ -69,7 +69,6 @@ def export(revision: str, into: Path) -> Path:
         raise SystemExit(f"git archive {revision}: {done.stderr.strip()}")
     with tarfile.open(archive) as tar:
         tar.extractall(target, filter="data")
-    build_kernel(target)
     return target
 
 
@@ -222,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     revisions = [args.base, args.head]
     with tempfile.TemporaryDirectory(prefix="rayflow-revisions-") as scratch:
         trees = {rev: export(rev, Path(scratch)) for rev in revisions}
+        for tree in trees.values():
+            build_kernel(tree)
         if args.instructions:
             return compare_instructions(trees, revisions, args.tasks)
         if args.inprocess:
