@@ -74,6 +74,8 @@ SEMANTICS_TESTS = [
     "tests/test_basic_bolt.py",
     "tests/test_spout_executor.py",
     "tests/test_emit_paths.py",
+    "tests/test_random_topologies.py",
+    "tests/test_state.py",
 ]
 """The in-process semantics tests of the paths the kernel replaces (``-m "not ray"``): the files
 of the suite whose topologies reach it (its counters move; ``test_ack_ledger``, ``test_router``,
