@@ -76,7 +76,7 @@ class BasicBoltAdapter(BoltKind):
         return failed
 
     def _execute_raised(self, tup: Tuple, exc: Exception) -> None:
-        """What the loop does when ``execute`` raises: report it, unless it is a
+        """What both loops do when ``execute`` raises: report it, unless it is a
         ``FailedException`` (the bolt failing the input on purpose), and fail the input."""
         if not isinstance(exc, FailedException):
             self._task.report_error(exc, f"execute raised on {tup!r}")
@@ -117,13 +117,8 @@ class BasicBoltAdapter(BoltKind):
             collector.input = tup
             try:
                 execute(tup, collector)
-            except FailedException:
-                task.fail(tup)
-                failed += 1
-                continue
             except Exception as exc:
-                task.report_error(exc, f"execute raised on {tup!r}")
-                task.fail(tup)
+                self._execute_raised(tup, exc)
                 failed += 1
                 continue
             # It returned: ack it. (Its tree is still ``root``, or ``joined[val - 1]``: a
