@@ -23,7 +23,6 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections.abc import Callable
-from itertools import chain
 from typing import Any, SupportsIndex
 
 from ._acking.anchoring import ID_TYPECODE
@@ -131,6 +130,15 @@ class DataBatch:
         return payload
 
 
+def _flat_pairs(pairs: dict[int, int]) -> array[int]:
+    """``key, value, key, value, ...`` as an id array: two slice assignments and a copy, all in
+    C (iterating ``items()`` makes a tuple per pair)."""
+    flat = [0] * (2 * len(pairs))
+    flat[::2] = pairs
+    flat[1::2] = pairs.values()
+    return array(ID_TYPECODE, flat)
+
+
 class AckerMail:
     """Pending messages for one acker task: ``inits`` maps root -> checksum (a spout's new
     trees), ``acks`` root -> value, XORed as acks come, until ``take`` flattens both.
@@ -163,13 +171,7 @@ class AckerMail:
         if inits and acks:
             for root in inits.keys() & acks.keys():
                 inits[root] ^= acks.pop(root)
-        payload = (
-            task_id,
-            array(ID_TYPECODE, chain.from_iterable(inits.items())),
-            array(ID_TYPECODE, chain.from_iterable(acks.items())),
-            self.fails,
-            self.resets,
-        )
+        payload = (task_id, _flat_pairs(inits), _flat_pairs(acks), self.fails, self.resets)
         self._reset()
         return payload
 
