@@ -49,6 +49,8 @@ WRITE_SECS = 0.5
 """How often a ``Watcher`` writes its samples."""
 EDGE_SECS = 1.0
 """Left out at each end of a run."""
+RUN_SECS = 600.0
+"""A run that has not acked every tree by then has failed."""
 
 
 class Watcher:
@@ -208,6 +210,8 @@ def run_once(cluster: LocalCluster, sentences: int, c: Configuration, scratch: P
     started = time.perf_counter()
     handle.activate()
     while not done.exists():
+        if time.perf_counter() - started > RUN_SECS:
+            raise SystemExit(f"{c.name}: not every tree was acked within {RUN_SECS:.0f} s")
         snapshots.append((time.perf_counter(), {name: schedstat(pid) for name, pid in pids.items()}))
         time.sleep(SAMPLE_SECS)
     elapsed = time.perf_counter() - started
