@@ -11,10 +11,11 @@ acker) is removed, its processes killed as a lost host's would be. Node death is
 
 ``--ray-defaults``: Ray's own node-death detection, not the fast one. ``--stateful``: the relay
 is a stateful bolt (state in SQLite files in FOLDER), so the topology has a checkpoint spout,
-and the node lost is the one holding it.
+and the node lost is the one holding it. ``--both``: the plain variant, then the stateful one on
+the same cluster (a new worker joins after the first loss): one cluster start for both.
 
-Prints one ``RESULT {json}`` line: what was on the lost node, when the lost tasks were alive
-again and when every message was acked (seconds after the loss), and the ids lost.
+Prints one ``RESULT {json}`` line per variant: what was on the lost node, when the lost tasks
+were alive again and when every message was acked (seconds after the loss), and the ids lost.
 """
 
 from __future__ import annotations
@@ -81,7 +82,48 @@ def outcome(folder: Path, total: int) -> dict[str, Any]:
     return {"acked": len(acked & everything), "lost": sorted(everything - acked)[:20], "unseen": len(everything - seen)}
 
 
-def main(folder: Path, system_config: dict[str, Any], stateful: bool) -> int:
+def lose_a_node(cluster: Any, workers: list[Any], folder: Path, stateful: bool) -> dict[str, Any]:
+    """One variant on the cluster's two live workers: submit, lose the node holding the most
+    kinds of task (the checkpoint spout's, if there is one) a quarter of the way in, measure the
+    recovery; what was on the lost node and the figures."""
+    folder.mkdir()
+    conf = CONF
+    if stateful:
+        state = {
+            "state_provider": "sqlite",
+            "state_provider_config": {"dir": str(folder)},
+            "checkpoint_interval_ms": 500,
+        }
+        conf = CONF.merged(state)
+    name = "node-loss-stateful" if stateful else "node-loss"
+    handle = submit_topology(name, conf, build(folder, stateful=stateful))
+    result: dict[str, Any] = {"variant": "stateful" if stateful else "plain"}
+    try:
+        if not eventually(lambda: len(read_ids(folder, "acked")) >= TOTAL // 4, 60):
+            result["error"] = "a quarter of the messages were not acked within 60 s"
+            return result
+        placed = kinds_by_node(handle)
+        # the node with the checkpoint spout, if there is one, else the one with the most kinds of task
+        lost_id, lost_kinds = max(placed.items(), key=lambda item: ("checkpoint" in item[1], len(item[1])))
+        victim = next(w for w in workers if w.node_id == lost_id)
+        result.update(lost_node_kinds=sorted(lost_kinds), acked_at_loss=len(read_ids(folder, "acked")))
+        lost_at = time.monotonic()
+        cluster.remove_node(victim, allow_graceful=False)
+        workers.remove(victim)
+        if eventually(lambda: alive_off(handle, lost_id), DEADLINE_SECS):
+            result["alive_after_secs"] = round(time.monotonic() - lost_at, 1)
+        if eventually(lambda: len(read_ids(folder, "acked") & set(range(TOTAL))) == TOTAL, DEADLINE_SECS):
+            result["all_acked_after_secs"] = round(time.monotonic() - lost_at, 1)
+        result["restarts"] = sum(int(t["restarts"]) for t in handle.task_metrics().values())
+        return result
+    finally:
+        result.update(outcome(folder, TOTAL))
+        handle.kill()
+
+
+def main(folder: Path, system_config: dict[str, Any], variants: list[bool]) -> int:
+    """Run each variant (``True``: stateful) in turn on one cluster, a new worker added after
+    each loss so that every variant starts on two; one ``RESULT`` line per variant."""
     from ray.cluster_utils import Cluster
 
     temp_dir = str(folder / "ray")  # not /tmp/ray: its ray_current_cluster would point others' ray.init here
@@ -94,43 +136,27 @@ def main(folder: Path, system_config: dict[str, Any], stateful: bool) -> int:
             "_system_config": system_config,
         },
     )
-    workers = [cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, temp_dir=temp_dir) for _ in range(2)]
+
+    def add_worker() -> Any:
+        return cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, temp_dir=temp_dir)
+
+    workers = [add_worker() for _ in range(2)]
     ray.init(address=cluster.address, log_to_driver=False)
-    cluster.wait_for_nodes()
-    conf = CONF
-    if stateful:
-        state = {
-            "state_provider": "sqlite",
-            "state_provider_config": {"dir": str(folder)},
-            "checkpoint_interval_ms": 500,
-        }
-        conf = CONF.merged(state)
-    handle = submit_topology("node-loss", conf, build(folder, stateful=stateful))
-    result: dict[str, Any] = {}
+    failed = False
     try:
-        if not eventually(lambda: len(read_ids(folder, "acked")) >= TOTAL // 4, 60):
-            result["error"] = "a quarter of the messages were not acked within 60 s"
-            return 1
-        placed = kinds_by_node(handle)
-        # the node with the checkpoint spout, if there is one, else the one with the most kinds of task
-        lost_id, lost_kinds = max(placed.items(), key=lambda item: ("checkpoint" in item[1], len(item[1])))
-        victim = next(w for w in workers if w.node_id == lost_id)
-        result.update(lost_node_kinds=sorted(lost_kinds), acked_at_loss=len(read_ids(folder, "acked")))
-        lost_at = time.monotonic()
-        cluster.remove_node(victim, allow_graceful=False)
-        if eventually(lambda: alive_off(handle, lost_id), DEADLINE_SECS):
-            result["alive_after_secs"] = round(time.monotonic() - lost_at, 1)
-        if eventually(lambda: len(read_ids(folder, "acked") & set(range(TOTAL))) == TOTAL, DEADLINE_SECS):
-            result["all_acked_after_secs"] = round(time.monotonic() - lost_at, 1)
-        result["restarts"] = sum(int(t["restarts"]) for t in handle.task_metrics().values())
-        return 0
+        for stateful in variants:
+            while len(workers) < 2:
+                workers.append(add_worker())
+            cluster.wait_for_nodes()
+            result = lose_a_node(cluster, workers, folder / ("stateful" if stateful else "plain"), stateful)
+            failed = failed or "error" in result
+            print("RESULT " + json.dumps(result), flush=True)
     finally:
-        result.update(outcome(folder, TOTAL))
-        handle.kill()
         ray.shutdown()
         cluster.shutdown()
-        print("RESULT " + json.dumps(result), flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), {} if "--ray-defaults" in sys.argv else FAST_NODE_DEATH, "--stateful" in sys.argv))
+    chosen = [False, True] if "--both" in sys.argv else ["--stateful" in sys.argv]
+    sys.exit(main(Path(sys.argv[1]), {} if "--ray-defaults" in sys.argv else FAST_NODE_DEATH, chosen))
