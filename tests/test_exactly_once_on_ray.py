@@ -29,11 +29,9 @@ from .conftest import eventually
 from .exactly_once_components import true_counts, wordcount
 
 TOTAL = 15_000
-"""Enough for the kill, a third of the way in, to land with sentences in flight and for the run
-to go on past it: the rollback, the spouts seeking back and the replay are what could count twice
-or lose counts, and the 10,000 sentences left hold all of it. (At 30,000 as at 15,000 the count
-tasks had usually committed nothing yet at the kill -- the count is printed; restoring committed
-counts under kills is ``tests/chaos/test_exactly_once_chaos.py``'s.)"""
+"""Enough for the kill, a third of the way in and after every count task's first commit, to land
+with sentences in flight and for the run to go on past it: the rollback to committed counts, the
+spouts seeking back and the replay are what could count twice or lose counts."""
 TRUTH = Counter(true_counts(TOTAL))
 
 
@@ -83,7 +81,15 @@ def test_a_killed_task_leaves_every_count_exact(run: Any, victim: str) -> None:
     name = unique("eo-kill")
     handle = run(name)
     third = TRUTH.total() // 3
-    assert eventually(lambda: handle.metrics()["count"]["executed"] >= third, timeout=90)
+
+    def under_way() -> bool:
+        """A third of the words counted, and every count task has committed (so that the kill
+        rolls back to counts that are not empty: the restore is what is under test)."""
+        tasks = handle.task_metrics().values()
+        commits = [m["checkpoints"] for m in tasks if m["component"] == "count"]
+        return handle.metrics()["count"]["executed"] >= third and min(commits, default=0) >= 1
+
+    assert eventually(under_way, timeout=90)
     tasks = handle.task_metrics()
     task = min(t for t, m in tasks.items() if m["component"] == victim)
     # The topology has recovered once a count task that survives commits again after rolling
@@ -101,7 +107,10 @@ def test_a_killed_task_leaves_every_count_exact(run: Any, victim: str) -> None:
     took = time.monotonic() - killed_at
     finish(handle)
     metrics = handle.metrics()
-    assert metrics["sentences"]["acked"] == TOTAL and metrics["sentences"]["failed"] == 0 or victim != "sentences"
+    if victim == "sentences":  # its counters went with its process, and its new one replays from the commit
+        assert metrics["sentences"]["acked"] <= TOTAL
+    else:  # each msg id acked once
+        assert metrics["sentences"]["acked"] == TOTAL
     counts = committed(run.provider(name), name, handle)
     assert counts == TRUTH, {w: counts[w] - TRUTH[w] for w in TRUTH if counts[w] != TRUTH[w]}
     print(f"{victim} killed after {checkpoints} checkpoints: committing again {took:.1f} s later; counts exact")
