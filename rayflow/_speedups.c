@@ -178,6 +178,10 @@ static PyObject *dict_attr(PyObject *d, PyObject *name) {
 /* acks = mails[root % len(mails)].acks; acks[root] = acks.get(root, 0) ^ val */
 static int fold_ack(PyObject *mails, uint64_t root, uint64_t val) {
     Py_ssize_t n = PyList_GET_SIZE(mails);
+    if (n == 0) { /* with ackers=0 every root is 0 and nothing is folded */
+        PyErr_SetString(PyExc_RuntimeError, "an input of a tracked tree, but the topology has no acker");
+        return -1;
+    }
     PyObject *mail = PyList_GET_ITEM(mails, (Py_ssize_t)(root % (uint64_t)n));
     if (Py_TYPE(mail) != MailType) {
         PyErr_SetString(PyExc_TypeError, "acker mail of an unexpected type");
@@ -531,7 +535,7 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *task = args[0], *execute = args[1], *collector = args[2], *mails = args[3], *column = args[4],
              *trees = args[5], *source = args[6], *joined = args[7], *on_error = args[8];
-    if (!ready || !PyList_CheckExact(mails) || PyList_GET_SIZE(mails) == 0 || !PyList_CheckExact(column) ||
+    if (!ready || !PyList_CheckExact(mails) || !PyList_CheckExact(column) || /* no mails: ackers=0 */
         !PyIter_Check(trees) || Py_TYPE(source) != SourceType) {
         PyErr_SetString(PyExc_TypeError, "run_inline: unexpected arguments");
         return NULL;

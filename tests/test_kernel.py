@@ -93,13 +93,13 @@ class Sentences(Spout):
         raise AssertionError("replaced by the mocked sentences")
 
 
-def word_count(sentences: list[str]) -> CompletedTopology:
+def word_count(sentences: list[str], conf: dict[str, Any] | None = None) -> CompletedTopology:
     """Storm's word count (``examples/wordcount.py``), 2 x 2, run to completion on ``sentences``."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", Sentences())
     builder.set_bolt("split", SplitSentence(), parallelism=2).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(), parallelism=2).fields_grouping("split", ["word"])
-    return complete_topology(builder.create_topology(), mocked_sources={"sentences": [[s] for s in sentences]})
+    return complete_topology(builder.create_topology(), conf, mocked_sources={"sentences": [[s] for s in sentences]})
 
 
 @on_the_kernel
@@ -116,6 +116,18 @@ class TestOnTheKernel:
         assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 200  # a word, then its count
         assert after["emit_fallback"] == before["emit_fallback"]
         assert after["run_inline"] > before["run_inline"]
+
+    def test_with_no_acker_every_sentence_is_acked_at_emit_and_every_word_counted_in_c(self) -> None:
+        """``ackers=0``: no tree is tracked and the task has no acker mail; the C loop must run
+        the batches all the same (it once refused them, failing every input)."""
+        assert kernel.KERNEL is not None
+        before = kernel.KERNEL.counters()
+        result = word_count(["the cow jumped over the moon"] * 50, {"ackers": 0})
+        after = kernel.KERNEL.counters()
+        assert sorted(result.acked("sentences")) == list(range(50)) and result.failed("sentences") == []
+        assert sorted(result.emitted("count"))[-1] == ["the", 100]
+        assert after["run_inline"] > before["run_inline"]
+        assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 50
 
     def test_setup_refuses_classes_without_the_slots_it_writes_and_the_kernel_keeps_running(self) -> None:
         """A refused ``setup`` leaves the offsets in use as they were."""
