@@ -86,14 +86,22 @@ def test_without_kills_the_committed_counts_are_exact(run: Any, provider_conf: d
 
 @pytest.mark.parametrize("victim", ["count", "__acker", "__checkpoint", "sentences"])
 def test_a_killed_task_loses_no_committed_update(run: Any, tmp_path: Path, victim: str) -> None:
-    """SIGKILL one task a third of the way through (state in SQLite): the task comes back, a
-    restarted count loads its committed counts before any tuple, and at the end no word's
-    committed count is below the truth."""
+    """SIGKILL one task a third of the way through, once every count task has committed (state
+    in SQLite): the task comes back, a restarted count loads its committed counts -- not empty
+    ones -- before any tuple, and at the end no word's committed count is below the truth."""
     name = unique("state-kill")
     conf: dict[str, Any] = {"state_provider": "sqlite", "state_provider_config": {"dir": str(tmp_path)}}
     handle = run(name, conf)
     third = TRUTH.total() // 3
-    assert eventually(lambda: handle.metrics()["count"]["executed"] >= third, timeout=60)
+
+    def under_way() -> bool:
+        """A third of the words counted, and a commit behind every count task: the restore of
+        committed counts is what a killed count must do right."""
+        tasks = handle.task_metrics().values()
+        commits = [m["checkpoints"] for m in tasks if m["component"] == "count"]
+        return handle.metrics()["count"]["executed"] >= third and min(commits, default=0) >= 1
+
+    assert eventually(under_way, timeout=90)
     tasks = handle.task_metrics()
     task = min(t for t, m in tasks.items() if m["component"] == victim)
     os.kill(tasks[task]["pid"], signal.SIGKILL)
