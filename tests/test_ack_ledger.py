@@ -1,4 +1,9 @@
-"""The acker's ledger: Storm's XOR tree tracking, driven message by message."""
+"""The acker's ledger: Storm's XOR tree tracking, driven message by message.
+
+Every test runs on both ledgers -- the Python one (the contract) and the C one where it is built
+(``ledger_build.load({})``: whatever ``RAYFLOW_PURE_PYTHON`` says, so that one suite run checks
+both); ``tests/test_ack_ledger_builds.py`` compares the two on the same random traffic.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rayflow._acking import ledger as python_ledger
 from rayflow._acking.anchoring import ID_TYPECODE, anchor, new_id, tree_acks
 from rayflow._acking.ledger import YOUNG_TREES, AckLedger, Outcome, Settled
+from rayflow._acking.ledger_build import LedgerClass, load
 from rayflow._outbox import Outbox
 from rayflow._tuple import Tuple, TupleSource
 
@@ -24,6 +31,24 @@ SPOUT_TASK = 3
 ACKER_TASK = 9
 
 dags = settings(max_examples=200, deadline=None)
+
+C_LEDGER, C_LEDGER_BUILD = load({})
+"""The C ledger where it is built (``python_ledger.AckLedger`` where not: that case is skipped)."""
+LEDGERS = [
+    pytest.param(python_ledger.AckLedger, id="python"),
+    pytest.param(
+        C_LEDGER,
+        id="c",
+        marks=pytest.mark.skipif(C_LEDGER is python_ledger.AckLedger, reason=C_LEDGER_BUILD),
+    ),
+]
+
+
+@pytest.fixture(scope="module", params=LEDGERS)
+def ledger_type(request: pytest.FixtureRequest) -> LedgerClass:
+    """Each ledger implementation in turn (module-scoped: hypothesis tests may use it)."""
+    cls: LedgerClass = request.param
+    return cls
 
 
 @dataclass(frozen=True)
@@ -129,47 +154,47 @@ def apply_one_by_one(ledger: AckLedger, sender: int, inits: list[int], acks: lis
 
 
 class TestInit:
-    def test_zero_checksum_acks_at_once(self):
+    def test_zero_checksum_acks_at_once(self, ledger_type: LedgerClass):
         """A tree whose init carries checksum zero (sent to no task) is acked to its spout task."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.init(ROOT, 0, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, True)
         assert len(ledger) == 0
 
-    def test_nonzero_checksum_pends(self):
+    def test_nonzero_checksum_pends(self, ledger_type: LedgerClass):
         """An init with a non-zero checksum opens a pending tree."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.init(ROOT, 0x1234, SPOUT_TASK) is None
         assert len(ledger) == 1
 
 
 class TestAck:
-    def test_fan_out_walk_through(self):
+    def test_fan_out_walk_through(self, ledger_type: LedgerClass):
         """Spout -> A -> (B, C): the tree completes when C, the last tuple, is acked."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.init(ROOT, 100, SPOUT_TASK) is None  # the spout tuple to A
         assert ledger.ack(ROOT, 100 ^ 200 ^ 300) is None  # A acks, having emitted to B and C
         assert ledger.ack(ROOT, 200) is None  # B acks
         assert ledger.ack(ROOT, 300) == Outcome(SPOUT_TASK, ROOT, True)  # C acks
         assert len(ledger) == 0
 
-    def test_ack_before_init_is_kept(self):
+    def test_ack_before_init_is_kept(self, ledger_type: LedgerClass):
         """Acks that overtake the init are kept; the tree completes when the init arrives."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.ack(ROOT, 0xA) is None
         assert ledger.ack(ROOT, 0xB) is None
         assert ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, True)
 
-    def test_zero_before_init_is_not_an_ack(self):
+    def test_zero_before_init_is_not_an_ack(self, ledger_type: LedgerClass):
         """Acks that XOR to zero before the init report nothing: only the init names the spout."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.ack(ROOT, 0xA) is None
         assert ledger.ack(ROOT, 0xA) is None
         assert ledger.init(ROOT, 0xC, SPOUT_TASK) is None
         assert ledger.ack(ROOT, 0xC) == Outcome(SPOUT_TASK, ROOT, True)
 
-    def test_trees_are_independent(self):
+    def test_trees_are_independent(self, ledger_type: LedgerClass):
         """Two trees on one acker are tracked apart and reported to their own spout tasks."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         ledger.init(OTHER_ROOT, 0xA, SPOUT_TASK + 1)
         assert ledger.ack(OTHER_ROOT, 0xA) == Outcome(SPOUT_TASK + 1, OTHER_ROOT, True)
@@ -178,29 +203,29 @@ class TestAck:
 
 
 class TestFail:
-    def test_fail_reports_at_once(self):
+    def test_fail_reports_at_once(self, ledger_type: LedgerClass):
         """A fail is reported to the owning spout task immediately, whatever the checksum."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
         assert ledger.fail(ROOT) == Outcome(SPOUT_TASK, ROOT, False)
         assert len(ledger) == 0
 
-    def test_fail_before_init_is_kept(self):
+    def test_fail_before_init_is_kept(self, ledger_type: LedgerClass):
         """A fail that overtakes the init is reported when the init arrives."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.fail(ROOT) is None
         assert ledger.init(ROOT, 0xA, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, False)
 
-    def test_fail_wins_over_zero_checksum(self):
+    def test_fail_wins_over_zero_checksum(self, ledger_type: LedgerClass):
         """A tree that failed is reported failed even if its checksum also reached zero."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.fail(ROOT)
         ledger.ack(ROOT, 0xA)
         assert ledger.init(ROOT, 0xA, SPOUT_TASK) == Outcome(SPOUT_TASK, ROOT, False)
 
-    def test_reported_once(self):
+    def test_reported_once(self, ledger_type: LedgerClass):
         """Messages that arrive after a tree was reported failed report nothing more."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
         ledger.fail(ROOT)
         assert ledger.ack(ROOT, 0xA) is None
@@ -209,16 +234,16 @@ class TestFail:
 
 
 class TestResetTimeout:
-    def test_names_the_spout_task(self):
+    def test_names_the_spout_task(self, ledger_type: LedgerClass):
         """reset_timeout returns the spout task to forward the reset to, once the init is in."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         assert ledger.reset_timeout(ROOT) is None
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         assert ledger.reset_timeout(ROOT) == SPOUT_TASK
 
-    def test_keeps_the_tree_alive(self):
+    def test_keeps_the_tree_alive(self, ledger_type: LedgerClass):
         """A reset restarts the tree's expiry like any other message."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         ledger.rotate()
         ledger.rotate()
@@ -229,18 +254,18 @@ class TestResetTimeout:
 
 
 class TestRotate:
-    def test_forgets_after_three_rotations(self):
+    def test_forgets_after_three_rotations(self, ledger_type: LedgerClass):
         """A tree that sees no message is forgotten at the third rotation, not before."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         assert ledger.rotate() == []
         assert ledger.rotate() == []
         assert ledger.rotate() == [ROOT]
         assert len(ledger) == 0
 
-    def test_any_message_restarts_expiry(self):
+    def test_any_message_restarts_expiry(self, ledger_type: LedgerClass):
         """An ack moves the tree to the newest cohort: three more rotations to forget it."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA ^ 0xB, SPOUT_TASK)
         ledger.rotate()
         ledger.rotate()
@@ -249,17 +274,17 @@ class TestRotate:
         assert ledger.rotate() == []
         assert ledger.rotate() == [ROOT]
 
-    def test_forgotten_tree_is_never_reported(self):
+    def test_forgotten_tree_is_never_reported(self, ledger_type: LedgerClass):
         """The spout has failed a forgotten tree already; its late acks report nothing."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         for _ in range(3):
             ledger.rotate()
         assert ledger.ack(ROOT, 0xA) is None
 
-    def test_bucket_count(self):
+    def test_bucket_count(self, ledger_type: LedgerClass):
         """With two buckets a tree is forgotten at the second rotation."""
-        ledger = AckLedger(buckets=2)
+        ledger = ledger_type(buckets=2)
         ledger.init(ROOT, 0xA, SPOUT_TASK)
         assert ledger.rotate() == []
         assert ledger.rotate() == [ROOT]
@@ -270,40 +295,42 @@ class TestRandomDags:
 
     @dags
     @given(dag=tuple_dags(), data=st.data())
-    def test_completes_exactly_at_the_last_message(self, dag: TupleDag, data: Any):
+    def test_completes_exactly_at_the_last_message(self, ledger_type: LedgerClass, dag: TupleDag, data: Any):
         """Every tree is acked at its last message, never before, whatever the arrival order."""
         roots, messages = play(dag)
         order = data.draw(st.permutations(messages))
-        ledger = AckLedger()
+        ledger = ledger_type()
         expected = expected_outcomes(dag, roots, order)
         assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
         assert len(ledger) == 0
 
     @dags
     @given(dag=multi_rooted_dags(), data=st.data())
-    def test_multi_rooted_trees_complete_independently(self, dag: TupleDag, data: Any):
+    def test_multi_rooted_trees_complete_independently(self, ledger_type: LedgerClass, dag: TupleDag, data: Any):
         """With tuples anchored across two spout trees, each tree completes at its own last message."""
         roots, messages = play(dag)
         order = data.draw(st.permutations(messages))
-        ledger = AckLedger()
+        ledger = ledger_type()
         expected = expected_outcomes(dag, roots, order)
         assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
 
     @dags
     @given(dag=failing_dags(), data=st.data())
-    def test_a_fail_anywhere_fails_the_tree(self, dag: TupleDag, data: Any):
+    def test_a_fail_anywhere_fails_the_tree(self, ledger_type: LedgerClass, dag: TupleDag, data: Any):
         """A failed tuple fails every tree it is in, reported once the init is in, and only once;
         trees it is not in still complete."""
         roots, messages = play(dag)
         order = data.draw(st.permutations(messages))
-        ledger = AckLedger()
+        ledger = ledger_type()
         expected = expected_outcomes(dag, roots, order)
         assert [deliver(ledger, m) for m in order] == [expected.get(i) for i in range(len(order))]
 
     @pytest.mark.parametrize("chained", [False, True], ids=["own mail", "chained to a spout"])
     @dags
     @given(dag=st.one_of(tuple_dags(), failing_dags()), data=st.data())
-    def test_combined_acks_give_the_same_outcome(self, chained: bool, dag: TupleDag, data: Any):
+    def test_combined_acks_give_the_same_outcome(
+        self, ledger_type: LedgerClass, chained: bool, dag: TupleDag, data: Any
+    ):
         """Acks batched through an Outbox, which XORs the acks of one root into one number, settle
         every tree in the batch holding its deciding message, exactly as one by one. Chained
         to a spout task, the bolt's acks go in that spout's mail and fold into the inits
@@ -332,7 +359,7 @@ class TestRandomDags:
         bolt = outbox(1)
         if chained:
             bolt.share_acker_mails(spouts[spout_task_of(0)])
-        ledger = AckLedger()
+        ledger = ledger_type()
         reported = {}
         for b, batch in enumerate(batches):
             for m in batch:
@@ -424,11 +451,11 @@ class TestFlatTable:
     @pytest.mark.parametrize("young", [1, 3, YOUNG_TREES])
     @settings(max_examples=300, deadline=None)
     @given(operations=_operations)
-    def test_matches_the_model(self, young: int, operations: list[tuple[Any, ...]]):
+    def test_matches_the_model(self, ledger_type: LedgerClass, young: int, operations: list[tuple[Any, ...]]):
         """Every message and rotation answers as the dict model does, whatever collides, and
         wherever the trees are (young, or moved to the table by a rotation or by the young
         being too many)."""
-        ledger, model = AckLedger(young=young), ModelLedger()
+        ledger, model = ledger_type(young=young), ModelLedger()
         for name, *args in operations:
             got, expected = getattr(ledger, name)(*args), getattr(model, name)(*args)
             if name == "rotate":
@@ -436,17 +463,17 @@ class TestFlatTable:
             assert got == expected, (name, args)
             assert len(ledger) == len(model.trees)
 
-    def test_full_64_bit_ids(self):
+    def test_full_64_bit_ids(self, ledger_type: LedgerClass):
         """Roots and checksums use all 64 bits (the arrays' typecode holds them unsigned)."""
         assert array(ID_TYPECODE).itemsize == 8
-        ledger = AckLedger()
+        ledger = ledger_type()
         top = 2**64 - 1
         assert ledger.apply(SPOUT_TASK, [top, top, top - 1, 1 << 63], [], []) == {}
         assert ledger.apply(1, [], [top, top, top - 1, 1 << 63], []) == {SPOUT_TASK: ([top, top - 1], [])}
 
-    def test_many_trees_then_none(self):
+    def test_many_trees_then_none(self, ledger_type: LedgerClass):
         """The table grows to hold many trees and gives the memory back once they are gone."""
-        ledger = AckLedger()
+        ledger = ledger_type()
         roots = [new_id() for _ in range(50_000)]
         for root in roots:
             ledger.init(root, 1, SPOUT_TASK)
@@ -454,7 +481,7 @@ class TestFlatTable:
         assert all(ledger.ack(root, 1) == Outcome(SPOUT_TASK, root, True) for root in roots)
         for _ in range(3):
             ledger.rotate()
-        assert len(ledger) == 0 and len(ledger._roots) == 1024
+        assert len(ledger) == 0 and ledger.capacity == 1024
 
 
 # A control payload: (sender, inits, acks, fails), on colliding roots.
@@ -475,10 +502,12 @@ class TestApply:
     @pytest.mark.parametrize("young", [1, 3, YOUNG_TREES])
     @settings(max_examples=300, deadline=None)
     @given(payloads=_payloads, rotate_every=st.integers(1, 10))
-    def test_matches_one_message_at_a_time(self, young: int, payloads: list[tuple[Any, ...]], rotate_every: int):
+    def test_matches_one_message_at_a_time(
+        self, ledger_type: LedgerClass, young: int, payloads: list[tuple[Any, ...]], rotate_every: int
+    ):
         """Same trees settled, per spout task and in the same order; same trees left pending and
         forgotten, whatever collides, overtakes, fails or expires, young or in the table."""
-        batched, single = AckLedger(young=young), AckLedger(young=young)
+        batched, single = ledger_type(young=young), ledger_type(young=young)
         for n, (sender, init_pairs, ack_of, fails) in enumerate(payloads):
             inits = [x for pair in init_pairs for x in pair]
             acks = [x for pair in ack_of.items() for x in pair]
@@ -488,7 +517,7 @@ class TestApply:
                 assert sorted(batched.rotate()) == sorted(single.rotate())
 
     @pytest.mark.parametrize("colliding", [False, True])
-    def test_grows_in_the_middle_of_a_payload(self, colliding: bool):
+    def test_grows_in_the_middle_of_a_payload(self, ledger_type: LedgerClass, colliding: bool):
         """A payload of more new trees than the table has room for grows it as it goes; acks
         that overtook their inits, split over several payloads, still settle right."""
         rng = random.Random(7)
@@ -497,7 +526,7 @@ class TestApply:
         early = {root: edges[root] for root in roots[::3]}  # these acks overtake the inits
         failing = [root for root in roots[1::7] if root not in early]
         late = {root: edges[root] for root in roots if root not in early and root not in failing}
-        batched, single = AckLedger(), AckLedger()
+        batched, single = ledger_type(), ledger_type()
         plays = [
             (7, [], flat(early), []),
             (5, flat({root: edges[root] for root in roots}), [], failing),

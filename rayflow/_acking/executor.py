@@ -7,7 +7,7 @@ from typing import Any
 from .._executors.base import Executor, Timer
 from .._outbox import AckerPayload
 from .._state.checkpoint import CHECKPOINT_COMPONENT
-from .ledger import AckLedger
+from .ledger_build import AckLedger
 
 __all__ = ["AckerExecutor"]
 

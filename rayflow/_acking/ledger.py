@@ -34,6 +34,10 @@ ids are random 64-bit numbers, so their low bits index the table directly; root 
 the rotation it was last touched in, and a rotation drops the one cohort that has aged out,
 found with ``bytearray.find`` at C speed. Young trees need no stamp: they were all touched
 since the last rotation, which stamps them as it moves them.
+
+This class is the contract and the fallback: ``_ledger.c`` is the same ledger as a C type (one
+table, no young dict: its probing runs at C speed), which ``ledger_build`` loads where it is
+built. Both must answer every message alike (``tests/test_ack_ledger.py`` runs on both).
 """
 
 from __future__ import annotations
@@ -96,6 +100,11 @@ class AckLedger:
 
     def __len__(self) -> int:
         return self._count + len(self._young)
+
+    @property
+    def capacity(self) -> int:
+        """Slots in the table (a power of two): what the table's memory is proportional to."""
+        return self._mask + 1
 
     # -- one message at a time ------------------------------------------------------------------
     def _tree(self, root: int) -> list[int] | int:
