@@ -1,4 +1,4 @@
-"""The C kernel of a BasicBolt's emit and run loop (``rayflow/_speedups.c``) against pure Python
+"""The C kernel of a BasicBolt's emit and run loop and of a spout's emit (``rayflow/_speedups.c``) against pure Python
 (``RAYFLOW_PURE_PYTHON=1``), side by side in one run, on one build of one revision. Not a test:
 run it on a quiet machine.
 
@@ -76,10 +76,12 @@ SEMANTICS_TESTS = [
     "tests/test_emit_paths.py",
     "tests/test_random_topologies.py",
     "tests/test_state.py",
+    "tests/test_exactly_once.py",
 ]
 """The in-process semantics tests of the paths the kernel replaces (``-m "not ray"``): the files
-of the suite whose topologies reach it (its counters move; ``test_ack_ledger``, ``test_router``,
-``test_exactly_once`` and ``test_chaining`` do not, in process). ``tests/test_kernel.py`` runs
+of the suite whose topologies reach it (its counters move; ``test_ack_ledger``, ``test_router``
+and ``test_chaining`` do not, in process; ``test_exactly_once`` reaches the spout's emit, with its
+exactly-once record). ``tests/test_kernel.py`` runs
 them on the build the suite did not load."""
 
 _CHECK = """

@@ -65,6 +65,9 @@ class SpoutOutputCollector:
     def __init__(self, task: SpoutTask) -> None:
         self._task = task
 
+    # Where the C kernel runs, the spout executor replaces ``emit`` on its collector by the
+    # kernel's copy of ``SpoutExecutor.emit``, which takes the same arguments and falls back to
+    # this method for anything off its fast path (``SpoutExecutor._wire_kernel_emit``).
     def emit(self, values: list[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a tuple; with a ``msg_id`` its tree is tracked and ``ack``/``fail`` report on it,
         without one it is never acked or failed. Returns the ids of the tasks it was sent to."""

@@ -1,6 +1,6 @@
-/* rayflow._speedups: a hand-written C kernel for the two per-tuple loops of a BasicBolt -- its
- * emit and its run loop -- against the CPython C API (3.10 and later, not the limited API, not
- * free-threaded). Optional: setup.py builds it on install when a C compiler and Python's headers
+/* rayflow._speedups: a hand-written C kernel for the per-tuple paths of a word count -- a
+ * BasicBolt's emit and run loop, a spout's emit, a Tuple's subscript -- against the CPython C API
+ * (3.10 and later, not the limited API, not free-threaded). Optional: setup.py builds it on install when a C compiler and Python's headers
  * are there, and rayflow/_executors/kernel.py loads it unless RAYFLOW_PURE_PYTHON=1 is set, the
  * import fails or setup() refuses; otherwise the Python it replaces runs
  * (BasicBoltAdapter.run_inline and the emits of input_emit.py). The Python is the contract: every
@@ -17,13 +17,28 @@
  *       to ``fallback`` (BoltExecutor.emit_input, which dispatches to the Python emits), before
  *       any side effect. An observer or the debug log (executor._watched) is served in C by
  *       calling executor._emitted, as the Python emits do.
+ *   SpoutEmit(executor, fallback, default_stream)
+ *       Installed as SpoutOutputCollector.emit by SpoutExecutor._wire_kernel_emit: the fast path
+ *       of SpoutExecutor.emit, called as the collector's emit(values, msg_id=None,
+ *       stream="default"), so that a spout tuple costs one C call. Anything off it -- an
+ *       undeclared or direct stream, a wrong arity, values that are not a list, a stream that is
+ *       not a str, arguments emit does not take -- goes whole to ``fallback`` (the collector's
+ *       own emit, so SpoutExecutor.emit) before any side effect. On it, what the Python does in
+ *       its order: targets (route.known for a str key), executor.exhausted = False,
+ *       metrics.emitted, executor._emitted(stream, values, targets, msg_id) if _watched, the root
+ *       from executor.root_bits(64) (read per call: the in-process runner seeds it per task; 0
+ *       gives anchoring.new_id()) or the msg id into _acked_at_emit without ackers, the tuple in
+ *       each target's batch with an edge id, the init in the acker mail, pending.newest[root],
+ *       _started[root] = time.perf_counter() for a root sampled for latency, and
+ *       _cut.epoch.append((root, msg_id)) under exactly-once; it returns a copy of the targets.
  *   run_inline(task, execute, collector, mails, column, trees, source, joined, on_error) -> int
  *       The loop of BasicBoltAdapter.run_inline: builds each Tuple (a one-field source's inputs
  *       come as the bare values and are put in a list of one here, as the Python loop does),
  *       sets collector.input, calls execute, folds acks per root into the acker mails; an
  *       exception that is an Exception is handed to on_error(tup, exc) (which reports unless
  *       FailedException, and fails), anything else propagates.
- *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n}
+ *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "spout_emit_fast": n,
+ *                  "spout_emit_fallback": n}
  *       What ran where: a test asserts that the fast paths were taken.
  *   setup(Tuple, TupleSource, DataBatch, Route, AckerMail, seed)
  *       Once, at import: finds the __slots__ member descriptors of those classes and keeps
@@ -35,9 +50,12 @@
  * not reseeded on fork).
  *
  * The kernel caches what BoltExecutor never rebinds after Emitter.__init__: routes, _batches,
- * outbox, outbox.batch_size, metrics, task_id. It reads executor._watched and collector.input
- * on every call (both change while a task runs), and counts metrics.emitted, in the instance
- * dicts of the executor, the collector and the metrics, taken once (PyObject_GenericGetDict,
+ * outbox, outbox.batch_size, metrics, task_id (and a spout's pending map). It reads
+ * executor._watched and collector.input on every call (both change while a task runs), a
+ * spout's exhausted, tracking, root_bits, _acked_at_emit, _cut, outbox.acker_mails (shared when
+ * chained) and pending.newest (new at each rotation) too, and counts metrics.emitted, in the
+ * instance dicts of the executor, the collector, the outbox, the pending map and the metrics,
+ * taken once (PyObject_GenericGetDict,
  * which makes CPython 3.11 keep those objects' attributes in a dict from then on): a getattr
  * or setattr call costs several hundred instructions, a dict lookup of an interned name tens.
  * PyMemberDescrObject and instance dicts are outside the limited API: no abi3 build. */
@@ -57,12 +75,15 @@ static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_field
 static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed, off_r_key, off_r_known,
     off_r_choose;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
-static Py_ssize_t off_m_acks;
+static Py_ssize_t off_m_acks, off_m_inits;
 static int ready = 0;
-static PyObject *int_zero, *int_one;
+static PyObject *int_zero, *int_one, *int_64, *time_module;
+#define LATENCY_SAMPLE_MASK 7 /* spout.LATENCY_SAMPLE_MASK: a tree is sampled for latency when these bits of its root are 0 */
 
 static PyObject *s_stream, *s_emitted_hook, *s_watched, *s_input, *s_emitted, *s_switch, *s_remember, *s_send_batch, *s_ack_trees,
-    *s_routes, *s_batches, *s_outbox, *s_batch_size, *s_metrics, *s_task_id;
+    *s_routes, *s_batches, *s_outbox, *s_batch_size, *s_metrics, *s_task_id, *s_msg_id, *s_exhausted, *s_tracking,
+    *s_root_bits, *s_new_id, *s_acked_at_emit, *s_append, *s_acker_mails, *s_newest, *s_started, *s_perf_counter,
+    *s_cut, *s_epoch, *s_pending;
 
 /* -- edge ids ---------------------------------------------------------------------------- */
 static uint64_t rng_s[4];
@@ -115,7 +136,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
                                    &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
-                                   &off_m_acks};
+                                   &off_m_acks, &off_m_inits};
     enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
     Py_ssize_t before[N_OFFSETS];
     for (int i = 0; i < N_OFFSETS; i++) before[i] = *offsets[i];
@@ -128,7 +149,8 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         member_offset(route_t, "subscribed", &off_r_subscribed) || member_offset(route_t, "key", &off_r_key) ||
         member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
-        member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks)) {
+        member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
+        member_offset(mail_t, "inits", &off_m_inits)) {
         for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
     }
@@ -280,6 +302,99 @@ static inline uint64_t next_edge(void) {
     return e;
 }
 
+/* The targets of an emit of ``values`` (n of them) on ``route``, as the Python emits choose them:
+   a str key's targets from route.known, else route.remember(value, route.choose(task_id, values));
+   any other key, or none, route.choose(task_id, values). A new reference, or NULL. */
+static PyObject *route_targets(PyObject *route, Py_ssize_t key, PyObject *choose, PyObject *task_id,
+                               PyObject *values, Py_ssize_t n) {
+    PyObject *choose_args[2] = {task_id, values};
+    if (!(key >= 0 && key < n && PyUnicode_CheckExact(PyList_GET_ITEM(values, key))))
+        return PyObject_Vectorcall(choose, choose_args, 2, NULL);
+    PyObject *kv = PyList_GET_ITEM(values, key);
+    PyObject *known = SLOT(route, off_r_known);
+    PyObject *hit = NULL;
+    if (known != NULL && PyDict_CheckExact(known)) {
+        hit = PyDict_GetItemWithError(known, kv);
+        if (hit == NULL && PyErr_Occurred()) return NULL;
+    }
+    int truth = hit == NULL ? 0 : PyObject_IsTrue(hit);
+    if (truth < 0) return NULL;
+    if (truth) return Py_NewRef(hit);
+    Py_INCREF(kv); /* choose may drop values' last reference to it */
+    PyObject *chosen = PyObject_Vectorcall(choose, choose_args, 2, NULL);
+    if (chosen == NULL) {
+        Py_DECREF(kv);
+        return NULL;
+    }
+    PyObject *targets = PyObject_CallMethodObjArgs(route, s_remember, kv, chosen, NULL);
+    Py_DECREF(kv);
+    Py_DECREF(chosen);
+    return targets;
+}
+
+/* Adds ``item`` to the batch of each task of ``tasks`` (a list the caller owns, not the route's),
+   switching the batch to ``rstream`` first where it holds another stream, as one more edge of
+   the tree ``root`` (``root_o``: a fresh edge id per task, XORed into *val) or untracked (0, 0),
+   and sends each batch that reaches ``batch_size``. On an error *val holds the edges added. */
+static int add_to_batches(PyObject *tasks, PyObject *batches, PyObject *outbox, Py_ssize_t batch_size,
+                          PyObject *rstream, PyObject *item, PyObject *root_o, uint64_t *val) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tasks); i++) {
+        PyObject *task = PyList_GET_ITEM(tasks, i);
+        PyObject *batch = PyDict_GetItemWithError(batches, task); /* borrowed */
+        if (batch == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, task);
+            return -1;
+        }
+        if (Py_TYPE(batch) != BatchType) {
+            PyErr_SetString(PyExc_TypeError, "a batch of an unexpected type");
+            return -1;
+        }
+        if (SLOT(batch, off_b_stream) != rstream) {
+            PyObject *r = PyObject_CallMethodOneArg(batch, s_switch, rstream);
+            if (r == NULL) return -1;
+            Py_DECREF(r);
+        }
+        PyObject *trees = SLOT(batch, off_b_trees), *bvalues = SLOT(batch, off_b_values);
+        if (trees == NULL || bvalues == NULL || !PyList_CheckExact(trees) || !PyList_CheckExact(bvalues)) {
+            PyErr_SetString(PyExc_AttributeError, "a __slots__ member is unset");
+            return -1;
+        }
+        if (root_o != NULL) {
+            uint64_t edge = next_edge();
+            PyObject *edge_o = PyLong_FromUnsignedLong(edge);
+            if (edge_o == NULL) return -1;
+            *val ^= edge;
+            int r = PyList_Append(trees, root_o) | PyList_Append(trees, edge_o);
+            Py_DECREF(edge_o);
+            if (r) return -1;
+        } else if (PyList_Append(trees, int_zero) | PyList_Append(trees, int_zero)) {
+            return -1;
+        }
+        if (PyList_Append(bvalues, item)) return -1;
+        if (PyList_GET_SIZE(bvalues) >= batch_size) {
+            PyObject *r = PyObject_CallMethodOneArg(outbox, s_send_batch, task);
+            if (r == NULL) return -1;
+            Py_DECREF(r);
+        }
+    }
+    return 0;
+}
+
+/* tup._val ^= val; an exception pending already (a send that raised) is kept, not replaced */
+static int xor_into_val(PyObject *tup, uint64_t val) {
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    uint64_t v = PyLong_AsUnsignedLong(SLOT(tup, off_t_val));
+    PyObject *nv = (v == (uint64_t)-1 && PyErr_Occurred()) ? NULL : PyLong_FromUnsignedLong(v ^ val);
+    if (nv != NULL) slot_set(tup, off_t_val, nv);
+    if (et != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(et, ev, etb);
+        return -1;
+    }
+    return nv == NULL ? -1 : 0;
+}
+
 static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     EmitKernel *k = (EmitKernel *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -335,35 +450,8 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
     if (key_o == NULL || choose == NULL) goto fallback;
     Py_ssize_t key = PyLong_AsSsize_t(key_o);
     if (key == -1 && PyErr_Occurred()) goto error;
-    PyObject *choose_args[2] = {k->task_id, values};
-    if (key >= 0 && key < n && PyUnicode_CheckExact(PyList_GET_ITEM(values, key))) {
-        PyObject *kv = PyList_GET_ITEM(values, key);
-        PyObject *known = SLOT(route, off_r_known);
-        PyObject *hit = NULL;
-        if (known != NULL && PyDict_CheckExact(known)) {
-            hit = PyDict_GetItemWithError(known, kv);
-            if (hit == NULL && PyErr_Occurred()) goto error;
-        }
-        int truth = hit == NULL ? 0 : PyObject_IsTrue(hit);
-        if (truth < 0) goto error;
-        if (truth) {
-            targets = Py_NewRef(hit);
-        } else {
-            Py_INCREF(kv); /* choose may drop values' last reference to it */
-            PyObject *chosen = PyObject_Vectorcall(choose, choose_args, 2, NULL);
-            if (chosen == NULL) {
-                Py_DECREF(kv);
-                goto error;
-            }
-            targets = PyObject_CallMethodObjArgs(route, s_remember, kv, chosen, NULL);
-            Py_DECREF(kv);
-            Py_DECREF(chosen);
-            if (targets == NULL) goto error;
-        }
-    } else {
-        targets = PyObject_Vectorcall(choose, choose_args, 2, NULL);
-        if (targets == NULL) goto error;
-    }
+    targets = route_targets(route, key, choose, k->task_id, values, n);
+    if (targets == NULL) goto error;
     n_fast++;
     if (count_emitted(k->metrics) < 0) goto error;
     if (watched_emit(k, stream, values, targets) < 0) goto error;
@@ -385,70 +473,11 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
         Py_DECREF(item);
         goto error;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(result); i++) {
-        PyObject *task = PyList_GET_ITEM(result, i);
-        PyObject *batch = PyDict_GetItemWithError(k->batches, task); /* borrowed */
-        if (batch == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, task);
-            Py_DECREF(item);
-            goto error;
-        }
-        if (Py_TYPE(batch) != BatchType) {
-            Py_DECREF(item);
-            PyErr_SetString(PyExc_TypeError, "a batch of an unexpected type");
-            goto error;
-        }
-        if (SLOT(batch, off_b_stream) != rstream) {
-            PyObject *r = PyObject_CallMethodOneArg(batch, s_switch, rstream);
-            if (r == NULL) {
-                Py_DECREF(item);
-                goto error;
-            }
-            Py_DECREF(r);
-        }
-        PyObject *trees = SLOT(batch, off_b_trees), *bvalues = SLOT(batch, off_b_values);
-        if (trees == NULL || bvalues == NULL || !PyList_CheckExact(trees) || !PyList_CheckExact(bvalues)) {
-            Py_DECREF(item);
-            goto error_attr;
-        }
-        if (root) {
-            uint64_t edge = next_edge();
-            uint64_t v = PyLong_AsUnsignedLong(SLOT(tup, off_t_val));
-            PyObject *nv = (v == (uint64_t)-1 && PyErr_Occurred()) ? NULL : PyLong_FromUnsignedLong(v ^ edge);
-            PyObject *edge_o = nv ? PyLong_FromUnsignedLong(edge) : NULL;
-            if (edge_o == NULL) {
-                Py_XDECREF(nv);
-                Py_DECREF(item);
-                goto error;
-            }
-            slot_set(tup, off_t_val, nv);
-            int r = PyList_Append(trees, root_o) | PyList_Append(trees, edge_o);
-            Py_DECREF(edge_o);
-            if (r) {
-                Py_DECREF(item);
-                goto error;
-            }
-        } else {
-            PyObject *zero = int_zero;
-            if (PyList_Append(trees, zero) | PyList_Append(trees, zero)) {
-                Py_DECREF(item);
-                goto error;
-            }
-        }
-        if (PyList_Append(bvalues, item)) {
-            Py_DECREF(item);
-            goto error;
-        }
-        if (PyList_GET_SIZE(bvalues) >= k->batch_size) {
-            PyObject *r = PyObject_CallMethodOneArg(k->outbox, s_send_batch, task);
-            if (r == NULL) {
-                Py_DECREF(item);
-                goto error;
-            }
-            Py_DECREF(r);
-        }
-    }
+    uint64_t val = 0;
+    int r = add_to_batches(result, k->batches, k->outbox, k->batch_size, rstream, item, root ? root_o : NULL, &val);
     Py_DECREF(item);
+    if (root && xor_into_val(tup, val) < 0) r = -1; /* even if a send raised, as the Python leaves it */
+    if (r) goto error;
 done:
     Py_XDECREF(root_o);
     Py_XDECREF(tup);
@@ -525,6 +554,320 @@ static PyTypeObject EmitKernelType = {
     .tp_traverse = (traverseproc)kernel_traverse,
     .tp_clear = (inquiry)kernel_clear,
     .tp_doc = "BoltExecutor.emit_input's fast path in C (see the module docstring).",
+};
+
+/* -- SpoutEmit --------------------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    PyObject *executor, *fallback, *default_stream;
+    PyObject *routes, *batches, *outbox, *metrics, *task_id, *pending;
+    PyObject *executor_dict, *outbox_dict, *pending_dict; /* their instance dicts; metrics is one */
+    Py_ssize_t batch_size;
+} SpoutEmit;
+
+static unsigned long long n_spout_fast, n_spout_fallback;
+
+static int spout_traverse(SpoutEmit *k, visitproc visit, void *arg) {
+    Py_VISIT(k->executor);
+    Py_VISIT(k->fallback);
+    Py_VISIT(k->default_stream);
+    Py_VISIT(k->routes);
+    Py_VISIT(k->batches);
+    Py_VISIT(k->outbox);
+    Py_VISIT(k->metrics);
+    Py_VISIT(k->task_id);
+    Py_VISIT(k->pending);
+    Py_VISIT(k->executor_dict);
+    Py_VISIT(k->outbox_dict);
+    Py_VISIT(k->pending_dict);
+    return 0;
+}
+
+static int spout_clear(SpoutEmit *k) {
+    Py_CLEAR(k->executor);
+    Py_CLEAR(k->fallback);
+    Py_CLEAR(k->default_stream);
+    Py_CLEAR(k->routes);
+    Py_CLEAR(k->batches);
+    Py_CLEAR(k->outbox);
+    Py_CLEAR(k->metrics);
+    Py_CLEAR(k->task_id);
+    Py_CLEAR(k->pending);
+    Py_CLEAR(k->executor_dict);
+    Py_CLEAR(k->outbox_dict);
+    Py_CLEAR(k->pending_dict);
+    return 0;
+}
+
+static void spout_dealloc(SpoutEmit *k) {
+    PyObject_GC_UnTrack(k);
+    spout_clear(k);
+    Py_TYPE(k)->tp_free((PyObject *)k);
+}
+
+/* obj.append(item): a list's in C, anything else's by its method */
+static int append_to(PyObject *seq, PyObject *item) {
+    if (PyList_CheckExact(seq)) return PyList_Append(seq, item);
+    PyObject *r = PyObject_CallMethodOneArg(seq, s_append, item);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* A new tree's root: executor.root_bits(64) or anchoring.new_id() (a new reference, or NULL) */
+static PyObject *draw_root(SpoutEmit *k, uint64_t *root) {
+    PyObject *bits = dict_attr(k->executor_dict, s_root_bits);
+    if (bits == NULL) return NULL;
+    PyObject *root_o = PyObject_CallOneArg(bits, int_64);
+    Py_DECREF(bits);
+    if (root_o == NULL) return NULL;
+    if (!PyLong_CheckExact(root_o)) {
+        PyErr_SetString(PyExc_TypeError, "root_bits(64) returned something other than an int");
+        Py_DECREF(root_o);
+        return NULL;
+    }
+    *root = PyLong_AsUnsignedLong(root_o);
+    if (*root == (uint64_t)-1 && PyErr_Occurred()) {
+        Py_DECREF(root_o);
+        return NULL;
+    }
+    if (*root == 0) { /* once in 2**64: anchoring.new_id(), as the Python does */
+        Py_DECREF(root_o);
+        PyObject *anchoring = PyImport_ImportModule("rayflow._acking.anchoring");
+        if (anchoring == NULL) return NULL;
+        root_o = PyObject_CallMethodNoArgs(anchoring, s_new_id);
+        Py_DECREF(anchoring);
+        if (root_o == NULL) return NULL;
+        *root = PyLong_AsUnsignedLong(root_o);
+        if (*root == (uint64_t)-1 && PyErr_Occurred()) {
+            Py_DECREF(root_o);
+            return NULL;
+        }
+    }
+    return root_o;
+}
+
+/* What a tracked emit leaves once its tuples are in their batches: the tree's init in its acker's
+   mail, the tree pending, its start time if sampled for latency, and the exactly-once record. */
+static int start_tree(SpoutEmit *k, PyObject *root_o, uint64_t root, uint64_t val, PyObject *msg_id) {
+    PyObject *mails = PyDict_GetItemWithError(k->outbox_dict, s_acker_mails); /* borrowed */
+    if (mails == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_acker_mails);
+        return -1;
+    }
+    if (!PyList_CheckExact(mails) || PyList_GET_SIZE(mails) == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "a tracked tree, but the spout has no acker mail");
+        return -1;
+    }
+    PyObject *mail = PyList_GET_ITEM(mails, (Py_ssize_t)(root % (uint64_t)PyList_GET_SIZE(mails)));
+    PyObject *inits = Py_TYPE(mail) == MailType ? SLOT(mail, off_m_inits) : NULL;
+    if (inits == NULL || !PyDict_CheckExact(inits)) {
+        PyErr_SetString(PyExc_TypeError, "AckerMail.inits is not a dict");
+        return -1;
+    }
+    PyObject *val_o = PyLong_FromUnsignedLong(val);
+    if (val_o == NULL) return -1;
+    int r = PyDict_SetItem(inits, root_o, val_o);
+    Py_DECREF(val_o);
+    if (r < 0) return -1;
+    PyObject *newest = PyDict_GetItemWithError(k->pending_dict, s_newest); /* borrowed */
+    if (newest == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_newest);
+        return -1;
+    }
+    if (PyObject_SetItem(newest, root_o, msg_id) < 0) return -1;
+    if (!(root & LATENCY_SAMPLE_MASK)) { /* self._started[root] = time.perf_counter() */
+        PyObject *started = dict_attr(k->executor_dict, s_started);
+        if (started == NULL) return -1;
+        PyObject *now = PyObject_CallMethodNoArgs(time_module, s_perf_counter);
+        r = now == NULL ? -1 : PyObject_SetItem(started, root_o, now);
+        Py_XDECREF(now);
+        Py_DECREF(started);
+        if (r < 0) return -1;
+    }
+    PyObject *cut = PyDict_GetItemWithError(k->executor_dict, s_cut); /* borrowed */
+    if (cut == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_cut);
+        return -1;
+    }
+    if (cut != Py_None) { /* self._cut.epoch.append((root, msg_id)) */
+        PyObject *epoch = PyObject_GetAttr(cut, s_epoch);
+        if (epoch == NULL) return -1;
+        PyObject *pair = PyTuple_Pack(2, root_o, msg_id);
+        r = pair == NULL ? -1 : append_to(epoch, pair);
+        Py_XDECREF(pair);
+        Py_DECREF(epoch);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+/* SpoutOutputCollector.emit(values, msg_id=None, stream="default") as SpoutExecutor.emit runs it */
+static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    SpoutEmit *k = (SpoutEmit *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *targets = NULL, *result = NULL, *root_o = NULL;
+    if (nargs < 1 || nargs > 3) goto fallback;
+    PyObject *values = args[0];
+    PyObject *msg_id = nargs >= 2 ? args[1] : Py_None;
+    PyObject *stream = nargs == 3 ? args[2] : k->default_stream;
+    if (kwnames != NULL) { /* msg_id= and stream=, each once */
+        int have_msg_id = nargs >= 2, have_stream = nargs == 3;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (!have_msg_id && (name == s_msg_id || PyUnicode_Compare(name, s_msg_id) == 0)) {
+                msg_id = args[nargs + i];
+                have_msg_id = 1;
+            } else if (!have_stream && (name == s_stream || PyUnicode_Compare(name, s_stream) == 0)) {
+                stream = args[nargs + i];
+                have_stream = 1;
+            } else {
+                goto fallback;
+            }
+        }
+    }
+    if (!PyList_CheckExact(values) || !PyUnicode_CheckExact(stream)) goto fallback;
+    PyObject *route = PyDict_GetItemWithError(k->routes, stream); /* borrowed */
+    if (route == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto fallback;
+    }
+    if (Py_TYPE(route) != RouteType) goto fallback;
+    PyObject *arity_o = SLOT(route, off_r_emit_arity);
+    if (arity_o == NULL || !PyLong_CheckExact(arity_o)) goto fallback;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    Py_ssize_t arity = PyLong_AsSsize_t(arity_o);
+    if (arity == -1 && PyErr_Occurred()) return NULL;
+    if (arity != n) goto fallback; /* also a direct stream: arity -1 */
+    PyObject *subscribed = SLOT(route, off_r_subscribed);
+    PyObject *key_o = SLOT(route, off_r_key), *choose = SLOT(route, off_r_choose);
+    PyObject *rstream = SLOT(route, off_r_stream), *single = SLOT(route, off_r_single);
+    if ((subscribed != Py_True && subscribed != Py_False) || key_o == NULL || !PyLong_CheckExact(key_o) ||
+        choose == NULL || rstream == NULL || single == NULL)
+        goto fallback;
+    Py_ssize_t key = PyLong_AsSsize_t(key_o);
+    if (key == -1 && PyErr_Occurred()) return NULL;
+
+    /* From here on, what SpoutExecutor.emit does, in its order. */
+    targets = subscribed == Py_True ? route_targets(route, key, choose, k->task_id, values, n) : PyList_New(0);
+    if (targets == NULL) return NULL;
+    if (!PyList_CheckExact(targets)) {
+        PyErr_SetString(PyExc_TypeError, "a grouping chose targets that are not a list");
+        goto error;
+    }
+    n_spout_fast++;
+    PyObject *exhausted = PyDict_GetItemWithError(k->executor_dict, s_exhausted); /* borrowed */
+    if (exhausted == NULL && PyErr_Occurred()) goto error;
+    if (exhausted != Py_False && PyDict_SetItem(k->executor_dict, s_exhausted, Py_False) < 0) goto error;
+    if (count_emitted(k->metrics) < 0) goto error;
+    PyObject *watched = PyDict_GetItemWithError(k->executor_dict, s_watched); /* borrowed */
+    if (watched == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_watched);
+        goto error;
+    }
+    int is_watched = PyObject_IsTrue(watched);
+    if (is_watched < 0) goto error;
+    if (is_watched) { /* the observer and the debug log: executor._emitted(stream, values, targets, msg_id) */
+        PyObject *r = PyObject_CallMethodObjArgs(k->executor, s_emitted_hook, stream, values, targets, msg_id, NULL);
+        if (r == NULL) goto error;
+        Py_DECREF(r);
+    }
+    uint64_t root = 0;
+    if (msg_id != Py_None) {
+        PyObject *tracking = PyDict_GetItemWithError(k->executor_dict, s_tracking); /* borrowed */
+        if (tracking == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_tracking);
+            goto error;
+        }
+        int is_tracking = PyObject_IsTrue(tracking);
+        if (is_tracking < 0) goto error;
+        if (is_tracking) {
+            root_o = draw_root(k, &root);
+            if (root_o == NULL) goto error;
+        } else { /* no acker: acked when next_tuple returns */
+            PyObject *acked = dict_attr(k->executor_dict, s_acked_at_emit);
+            int r = acked == NULL ? -1 : append_to(acked, msg_id);
+            Py_XDECREF(acked);
+            if (r < 0) goto error;
+        }
+    }
+    result = PyList_GetSlice(targets, 0, PyList_GET_SIZE(targets)); /* targets.copy(), taken before any send */
+    if (result == NULL) goto error;
+    uint64_t val = 0;
+    PyObject *item = single == Py_True ? PyList_GET_ITEM(values, 0) : values;
+    Py_INCREF(item);
+    int r = add_to_batches(result, k->batches, k->outbox, k->batch_size, rstream, item, root_o, &val);
+    Py_DECREF(item);
+    if (r < 0) goto error;
+    if (root_o != NULL && start_tree(k, root_o, root, val, msg_id) < 0) goto error;
+    Py_XDECREF(root_o);
+    Py_DECREF(targets);
+    return result;
+error:
+    Py_XDECREF(root_o);
+    Py_XDECREF(targets);
+    Py_XDECREF(result);
+    return NULL;
+fallback:
+    n_spout_fallback++;
+    return PyObject_Vectorcall(k->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *spout_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"executor", "fallback", "default_stream", NULL};
+    PyObject *executor, *fallback, *default_stream;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "rayflow._speedups.setup() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOU", kwlist, &executor, &fallback, &default_stream)) return NULL;
+    SpoutEmit *k = (SpoutEmit *)type->tp_alloc(type, 0);
+    if (k == NULL) return NULL;
+    k->vectorcall = spout_call;
+    k->executor = Py_NewRef(executor);
+    k->fallback = Py_NewRef(fallback);
+    k->default_stream = Py_NewRef(default_stream);
+    k->routes = PyObject_GetAttr(executor, s_routes);
+    k->batches = PyObject_GetAttr(executor, s_batches);
+    k->outbox = PyObject_GetAttr(executor, s_outbox);
+    k->pending = PyObject_GetAttr(executor, s_pending);
+    PyObject *metrics = PyObject_GetAttr(executor, s_metrics);
+    k->metrics = metrics ? PyObject_GenericGetDict(metrics, NULL) : NULL;
+    Py_XDECREF(metrics);
+    k->task_id = PyObject_GetAttr(executor, s_task_id);
+    k->executor_dict = PyObject_GenericGetDict(executor, NULL);
+    k->outbox_dict = k->outbox ? PyObject_GenericGetDict(k->outbox, NULL) : NULL;
+    k->pending_dict = k->pending ? PyObject_GenericGetDict(k->pending, NULL) : NULL;
+    if (!k->routes || !k->batches || !k->outbox || !k->pending || !k->metrics || !k->task_id || !k->executor_dict ||
+        !k->outbox_dict || !k->pending_dict)
+        goto error;
+    if (!PyDict_CheckExact(k->routes) || !PyDict_CheckExact(k->batches) || !PyDict_CheckExact(k->metrics) ||
+        !PyDict_CheckExact(k->executor_dict) || !PyDict_CheckExact(k->outbox_dict) ||
+        !PyDict_CheckExact(k->pending_dict)) {
+        PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
+        goto error;
+    }
+    PyObject *size = PyObject_GetAttr(k->outbox, s_batch_size);
+    if (size == NULL) goto error;
+    k->batch_size = PyLong_AsSsize_t(size);
+    Py_DECREF(size);
+    if (k->batch_size == -1 && PyErr_Occurred()) goto error;
+    return (PyObject *)k;
+error:
+    Py_DECREF(k);
+    return NULL;
+}
+
+static PyTypeObject SpoutEmitType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rayflow._speedups.SpoutEmit",
+    .tp_basicsize = sizeof(SpoutEmit),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(SpoutEmit, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = spout_new,
+    .tp_dealloc = (destructor)spout_dealloc,
+    .tp_traverse = (traverseproc)spout_traverse,
+    .tp_clear = (inquiry)spout_clear,
+    .tp_doc = "SpoutOutputCollector.emit's fast path in C: SpoutExecutor.emit (see the module docstring).",
 };
 
 /* -- run_inline -------------------------------------------------------------------------- */
@@ -654,7 +997,8 @@ error:
 }
 
 static PyObject *counters(PyObject *mod, PyObject *unused) {
-    return Py_BuildValue("{sKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline);
+    return Py_BuildValue("{sKsKsKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline,
+                         "spout_emit_fast", n_spout_fast, "spout_emit_fallback", n_spout_fallback);
 }
 
 /* -- module ------------------------------------------------------------------------------ */
@@ -689,12 +1033,33 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_batch_size, "batch_size");
     INTERN(s_metrics, "metrics");
     INTERN(s_task_id, "task_id");
-    if (PyType_Ready(&EmitKernelType) < 0) return NULL;
+    INTERN(s_msg_id, "msg_id");
+    INTERN(s_exhausted, "exhausted");
+    INTERN(s_tracking, "tracking");
+    INTERN(s_root_bits, "root_bits");
+    INTERN(s_new_id, "new_id");
+    INTERN(s_acked_at_emit, "_acked_at_emit");
+    INTERN(s_append, "append");
+    INTERN(s_acker_mails, "acker_mails");
+    INTERN(s_newest, "newest");
+    INTERN(s_started, "_started");
+    INTERN(s_perf_counter, "perf_counter");
+    INTERN(s_cut, "_cut");
+    INTERN(s_epoch, "epoch");
+    INTERN(s_pending, "pending");
+    if ((int_64 = PyLong_FromLong(64)) == NULL || (time_module = PyImport_ImportModule("time")) == NULL) return NULL;
+    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     Py_INCREF(&EmitKernelType);
     if (PyModule_AddObject(m, "EmitKernel", (PyObject *)&EmitKernelType) < 0) {
         Py_DECREF(&EmitKernelType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SpoutEmitType);
+    if (PyModule_AddObject(m, "SpoutEmit", (PyObject *)&SpoutEmitType) < 0) {
+        Py_DECREF(&SpoutEmitType);
         Py_DECREF(m);
         return NULL;
     }

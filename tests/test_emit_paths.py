@@ -3,13 +3,15 @@
 An emit is written out three times, because it runs once per tuple and a Python call is a
 measurable share of what a tuple costs (``benchmarks/emit_paths.py``): ``SpoutExecutor.emit``
 (new trees), ``BoltExecutor.emit`` (anchored to the tuples given) and ``BoltExecutor.emit_input``
-(a ``BasicBolt``'s emit, anchored to its input), which has a fourth copy in C where the kernel is
-built (``rayflow/_speedups.c``). Here the same script of emits -- several streams, one of them
-read by nobody, one-field and two-field tuples, keys that repeat -- is run through each path,
-through ``emit`` with its anchors as a list (the general branch), and through a ``BasicBolt``'s
-emit on both builds (the one this process loaded, and pure Python), and every path must deliver
-the same tuples to the same tasks, show the observer the same emits, count the same emits, and
-complete every tree it started; an emit a user got wrong raises the same error on both builds.
+(a ``BasicBolt``'s emit, anchored to its input); the first and the last have a copy in C where
+the kernel is built (``rayflow/_speedups.c``). Here the same script of emits -- several streams,
+one of them read by nobody, one-field and two-field tuples, keys that repeat -- is run through
+each path, through ``emit`` with its anchors as a list (the general branch), and through a
+``BasicBolt``'s and a spout's emit on both builds (the one this process loaded, and pure
+Python), and every path must deliver the same tuples to the same tasks, show the observer the
+same emits, count the same emits, and complete every tree it started; an emit a user got wrong
+raises the same error on both builds. The spout's two copies are also held together state for
+state: the batches, roots, inits, pending trees and latency samples one ``next_tuple`` leaves.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from rayflow._collectors import SpoutOutputCollector
 from rayflow._context import TopologyContext
 from rayflow._executors import kernel
 from rayflow._tuple import Tuple
-from rayflow.testing import complete_topology
+from rayflow.testing import InProcessTopology, complete_topology
 
 Emit = tuple[str, str, int]
 """(stream, word, n): ``[word, n]`` on ``pairs``, ``[word]`` on ``words`` and ``unread``."""
@@ -147,11 +149,11 @@ Run = tuple[list[list[tuple[str, list[Any]]]], int, dict[str, int], dict[str, li
 def run(path: str, script: list[Emit]) -> Run:
     """What each sink task received, how many emits the component under test counted, how many
     trees its spout was told were acked and failed, and what the observer saw it emit per stream,
-    with the script run through ``path`` (``basic_python``: a ``BasicBolt`` on pure Python, even
-    where the C kernel runs)."""
-    if path == "basic_python":
+    with the script run through ``path`` (``basic_python``, ``spout_python``: a ``BasicBolt``, a
+    spout, on pure Python, even where the C kernel runs)."""
+    if path in ("basic_python", "spout_python"):
         with mock.patch.object(kernel, "KERNEL", None):
-            return run("basic", script)
+            return run(path.removesuffix("_python"), script)
     builder = TopologyBuilder()
     if path == "spout":
         builder.set_spout("under_test", ScriptedSpout(script))
@@ -179,14 +181,14 @@ SCRIPTS = st.lists(
 @given(script=SCRIPTS)
 def test_every_emit_path_delivers_the_same_tuples_to_the_same_tasks(script: list[Emit]) -> None:
     basic = run("basic", script)
-    for path in ("basic_python", "tuple", "list", "spout"):
+    for path in ("basic_python", "tuple", "list", "spout", "spout_python"):
         received, emitted, trees, observed = run(path, script)
         assert received == basic[0], path
         assert observed == basic[3], path
         assert emitted == basic[1] == INPUTS * len(script), path
         # Anchoring: a poisoned emit to a bolt fails its tree, every other tree completes.
         poisoned = [stream != "unread" and word == POISON for stream, word, _ in script]
-        if path == "spout":
+        if path.startswith("spout"):
             expected = {"acked": INPUTS * poisoned.count(False), "failed": INPUTS * poisoned.count(True)}
         else:
             expected = {"acked": 0, "failed": INPUTS} if any(poisoned) else {"acked": INPUTS, "failed": 0}
@@ -258,3 +260,116 @@ def test_an_emit_a_user_got_wrong_raises_the_same_error_on_both_builds() -> None
         assert on_c[what][0] == kind, what
         if kind != "TypeError":
             assert on_c[what][1] == message, what
+
+
+# -- the spout's emit, C against Python, state for state ------------------------------------------
+
+SpoutCall = Any
+"""A call of ``SpoutOutputCollector.emit`` (or ``emit_direct``), as a spout may make it."""
+
+SPOUT_CALLS: dict[str, SpoutCall] = {
+    "untracked": lambda c: c.emit(["a", 1]),
+    "tracked": lambda c: c.emit(["a", 1], msg_id=1),
+    "tracked again, a key seen": lambda c: c.emit(["a", 2], msg_id=2),
+    "positional msg id and stream": lambda c: c.emit(["b"], 3, "words"),
+    "keywords in another order": lambda c: c.emit(stream="words", values=["c"], msg_id=4),
+    "stream by keyword, untracked": lambda c: c.emit(["dd"], stream="words"),
+    "msg id None by keyword": lambda c: c.emit(["e", 5], msg_id=None, stream="default"),
+    "an unread stream, tracked": lambda c: c.emit(["f"], msg_id=6, stream="unread"),
+    "a tuple of values": lambda c: c.emit(("g", 7), msg_id=7),
+    "a non-str key": lambda c: c.emit([8, 8], msg_id=8),
+    "a msg id of any kind": lambda c: c.emit(["h", 9], msg_id=("h", [9])),
+    "too few values": lambda c: c.emit(["a"], msg_id=10),
+    "too many values": lambda c: c.emit(["a", 1, 2]),
+    "an undeclared stream": lambda c: c.emit(["a"], stream="nowhere"),
+    "a direct stream": lambda c: c.emit(["a"], msg_id=11, stream="direct"),
+    "a msg id twice": lambda c: c.emit(["a", 1], 12, msg_id=12),
+    "an argument emit does not take": lambda c: c.emit(["a", 1], anchors=[]),
+    "no values": lambda c: c.emit(),
+    "a direct emit": lambda c: c.emit_direct(999, ["a"], msg_id=13, stream="direct"),
+}
+
+
+class CallingSpout(Spout):
+    """Makes every call of ``SPOUT_CALLS`` in one ``next_tuple`` and records what each returned,
+    or the error it raised."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declare(declarer)
+        declarer.declare_stream("direct", ["word"], direct=True)
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self.collector = collector
+        self.returned: dict[str, Any] = {}
+
+    def next_tuple(self) -> None:
+        self.collector.exhausted()  # an emit says it is not, on both builds
+        for what, call in SPOUT_CALLS.items():
+            try:
+                self.returned[what] = call(self.collector)
+            except Exception as exc:
+                self.returned[what] = type(exc).__name__ if isinstance(exc, TypeError) else (type(exc), str(exc))
+
+
+def spout_state(watched: bool, conf: dict[str, Any]) -> dict[str, Any]:
+    """What one ``next_tuple`` of ``CallingSpout`` leaves in its task: each batch (its values and
+    streams, its trees with each edge id as "edge"), the acker mails' inits (each checked to be
+    the XOR of its tree's edge ids), the pending trees, the trees sampled for latency, the msg ids
+    acked at emit, the counters, what the observer saw and what each call returned."""
+    builder = TopologyBuilder()
+    builder.set_spout("under_test", CallingSpout())
+    builder.set_bolt("by_word", Sink(), parallelism=2).fields_grouping("under_test", ["word"])
+    builder.set_bolt("every", Sink(), parallelism=2).all_grouping("under_test", stream="words")
+    builder.set_bolt("direct", Sink()).direct_grouping("under_test", stream="direct")
+    wire = InProcessTopology(builder.create_topology(), conf)
+    task = wire.task("under_test")
+    if not watched:
+        task.observer = None
+    task.outbox.batch_size = 10**6  # everything stays in the batches, to be looked at
+    task.run_burst(1)
+    edges: dict[int, int] = {}
+    batches = {}
+    for target, batch in task._batches.items():
+        trees = []
+        for root, edge in zip(batch.trees[::2], batch.trees[1::2], strict=True):
+            assert (root == 0) == (edge == 0)
+            edges[root] = edges.get(root, 0) ^ edge
+            trees.append((root, "edge" if edge else 0))
+        batches[target] = (list(batch.values), list(batch.streams), list(batch.ends), trees)
+    inits = {root: val for mail in task.outbox.acker_mails for root, val in mail.inits.items()}
+    for root, val in inits.items():
+        assert val == edges.get(root, 0), "an init is the XOR of its tree's edge ids"
+    (spout,) = wire.components("under_test")
+    return {
+        "batches": batches,
+        "roots": sorted(inits),
+        "pending": dict(task.pending.newest),
+        "sampled": sorted(task._started),
+        "acked at emit": list(task._acked_at_emit),
+        "emitted": task.metrics.emitted,
+        "exhausted": task.exhausted,
+        "observed": {stream: wire.emitted("under_test", stream) for stream in (*STREAMS, "direct")},
+        "returned": spout.returned,
+    }
+
+
+@pytest.mark.skipif(kernel.KERNEL is None, reason=f"one build runs here: {kernel.BUILD}")
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "unwatched"])
+@pytest.mark.parametrize("ackers", [1, 3, 0])
+def test_the_c_spout_emit_leaves_what_the_python_one_leaves(watched: bool, ackers: int) -> None:
+    """The same calls through the kernel's ``SpoutEmit`` and through ``SpoutExecutor.emit``: the
+    same tuples in the same batches with the same roots (the run's seeded generator draws them
+    on both builds), the same inits, pending trees, latency samples, msg ids acked at emit,
+    counters, observed emits, targets returned and errors raised."""
+    assert kernel.KERNEL is not None
+    conf = {"ackers": ackers}
+    before = kernel.KERNEL.counters()
+    on_c = spout_state(watched, conf)
+    after = kernel.KERNEL.counters()
+    with mock.patch.object(kernel, "KERNEL", None):
+        on_python = spout_state(watched, conf)
+    assert on_c == on_python
+    assert on_c["roots"] if ackers else not on_c["roots"]
+    fast = after["spout_emit_fast"] - before["spout_emit_fast"]
+    assert fast == 9  # the untracked, tracked, keyed, unread and msg-id calls; the rest fell back
+    assert after["spout_emit_fallback"] - before["spout_emit_fallback"] == len(SPOUT_CALLS) - 1 - fast

@@ -105,8 +105,9 @@ def word_count(sentences: list[str], conf: dict[str, Any] | None = None) -> Comp
 @on_the_kernel
 class TestOnTheKernel:
     def test_a_word_count_takes_the_c_paths_and_every_tree_is_acked(self) -> None:
-        """200 sentences of 6 words: every word is emitted in C by the split and every count in
-        C by the count, each batch runs through the C loop, nothing falls back to Python."""
+        """200 sentences of 6 words: every sentence is emitted in C by the spout, every word by
+        the split and every count by the count, each batch runs through the C loop, nothing falls
+        back to Python."""
         assert kernel.KERNEL is not None
         sentences = ["the cow jumped over the moon"] * 200
         before = kernel.KERNEL.counters()
@@ -115,6 +116,8 @@ class TestOnTheKernel:
         assert sorted(result.acked("sentences")) == list(range(200)) and result.failed("sentences") == []
         assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 200  # a word, then its count
         assert after["emit_fallback"] == before["emit_fallback"]
+        assert after["spout_emit_fast"] - before["spout_emit_fast"] == 200  # each sentence
+        assert after["spout_emit_fallback"] == before["spout_emit_fallback"]
         assert after["run_inline"] > before["run_inline"]
 
     def test_with_no_acker_every_sentence_is_acked_at_emit_and_every_word_counted_in_c(self) -> None:
@@ -128,6 +131,7 @@ class TestOnTheKernel:
         assert sorted(result.emitted("count"))[-1] == ["the", 100]
         assert after["run_inline"] > before["run_inline"]
         assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 50
+        assert after["spout_emit_fast"] - before["spout_emit_fast"] == 50  # acked at emit, in C
 
     def test_setup_refuses_classes_without_the_slots_it_writes_and_the_kernel_keeps_running(self) -> None:
         """A refused ``setup`` leaves the offsets in use as they were."""

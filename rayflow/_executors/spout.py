@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Sequence
+from types import MethodType, ModuleType
 from typing import Any
 
 from .._acking.anchoring import getrandbits, new_id
@@ -25,6 +26,8 @@ from .._state.checkpoint import (
     PREPARE,
     ROLLBACK,
 )
+from .._tuple import DEFAULT_STREAM
+from . import kernel
 from .base import Emitter, Timer, logger
 
 __all__ = ["SpoutExecutor"]
@@ -87,6 +90,20 @@ class SpoutExecutor(Emitter):
         spent: trees through a stateful bolt complete only at a commit (at-least-once state;
         exactly-once frees the budget as trees complete)."""
         self._asked = False
+        if kernel.KERNEL is not None and type(self).emit is SpoutExecutor.emit:
+            self._wire_kernel_emit(kernel.KERNEL)
+
+    def _wire_kernel_emit(self, kernel_module: ModuleType) -> None:
+        """Where the C kernel runs (``kernel.py``), the collector's ``emit`` is its ``SpoutEmit``:
+        ``emit`` below in C, one C call per spout tuple instead of two Python ones. It hands
+        what is off its fast path (an undeclared or direct stream, a wrong arity, values that
+        are not a list, a call ``emit`` does not take) to the collector's own ``emit``, and so to
+        ``emit`` below, before doing anything. Built last: it keeps the objects ``emit`` reads
+        that are never rebound (routes, batches, outbox, metrics, pending)."""
+        collector = self.collector
+        collector.emit = kernel_module.SpoutEmit(  # type: ignore[method-assign]
+            self, MethodType(SpoutOutputCollector.emit, collector), DEFAULT_STREAM
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> bool:
@@ -202,7 +219,8 @@ class SpoutExecutor(Emitter):
 
     def emit(self, stream: str, values: list[Any], msg_id: Any, direct_task: int | None) -> list[int]:
         """Route, then send to every target; a tracked tuple starts a tree. Flat on purpose:
-        this runs once per spout tuple."""
+        this runs once per spout tuple. Where the C kernel runs, its ``SpoutEmit`` does the same
+        for the common emit (``_wire_kernel_emit``): this is its contract."""
         route = self.routes.get(stream)
         if route is None or direct_task is not None or len(values) != route.emit_arity:
             route, targets = self._checked_targets(stream, values, direct_task)
