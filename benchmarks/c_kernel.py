@@ -77,6 +77,7 @@ SEMANTICS_TESTS = [
     "tests/test_random_topologies.py",
     "tests/test_state.py",
     "tests/test_exactly_once.py",
+    "tests/test_tuple_subscript.py",
 ]
 """The in-process semantics tests of the paths the kernel replaces (``-m "not ray"``): the files
 of the suite whose topologies reach it (its counters move; ``test_ack_ledger``, ``test_router``

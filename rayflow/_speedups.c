@@ -38,12 +38,19 @@
  *       exception that is an Exception is handed to on_error(tup, exc) (which reports unless
  *       FailedException, and fails), anything else propagates.
  *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "spout_emit_fast": n,
- *                  "spout_emit_fallback": n}
+ *                  "spout_emit_fallback": n, "getitem_fast": n, "getitem_fallback": n}
  *       What ran where: a test asserts that the fast paths were taken.
+ *   Tuple's subscript (installed by setup)
+ *       tup[key] for an int key or a str key in the source's index, on a list of values, in C
+ *       (Tuple.__getitem__ of _tuple.py, whose Python function stays the fallback for every
+ *       other key and every error, so the messages are its own). Tuple.__getitem__ becomes a
+ *       method of the kernel: CPython 3.11 would otherwise keep pushing the Python function's
+ *       frame where it specialized tup[key], whatever the slot says.
  *   setup(Tuple, TupleSource, DataBatch, Route, AckerMail, seed)
  *       Once, at import: finds the __slots__ member descriptors of those classes and keeps
- *       their offsets, so that the kernels read and write slots directly (no getattr), and
- *       seeds the edge-id generator from 32 bytes (os.urandom). A slot renamed since raises
+ *       their offsets, so that the kernels read and write slots directly (no getattr), seeds
+ *       the edge-id generator from 32 bytes (os.urandom), and installs Tuple's subscript. A
+ *       slot renamed since, or a Tuple whose __getitem__ is not a Python function, raises
  *       TypeError here, naming it, and the kernel stays unusable (the loader runs Python).
  *
  * Edge ids: 64 random bits, never 0 (redrawn), from xoshiro256** (like anchoring's generator,
@@ -71,7 +78,7 @@ _Static_assert(sizeof(unsigned long) == 8, "64-bit unsigned long wanted");
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 static PyTypeObject *TupleType, *SourceType, *BatchType, *RouteType, *MailType;
-static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_fields;
+static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_fields, off_s_index;
 static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed, off_r_key, off_r_known,
     off_r_choose;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
@@ -100,6 +107,87 @@ static inline uint64_t xoshiro_next(void) {
     rng_s[2] ^= t;
     rng_s[3] = rotl(rng_s[3], 45);
     return result;
+}
+
+/* -- Tuple.__getitem__ ----------------------------------------------------------------- */
+static PyObject *py_getitem; /* Tuple.__getitem__ as _tuple.py defines it: the contract and the fallback */
+static unsigned long long n_getitem_fast, n_getitem_fallback;
+
+/* tup[key]: an int key, or a str key named by the source's index, of a list of values, in C;
+   anything else (another key, a key not found, an index out of range, values not a list) by
+   the Python method, which raises the errors a user reads. */
+static PyObject *tuple_subscript(PyObject *self, PyObject *key) {
+    PyObject *values = SLOT(self, off_t_values);
+    if (values == NULL || !PyList_CheckExact(values)) goto fallback;
+    PyObject *pos = key;
+    if (PyUnicode_CheckExact(key)) { /* self.values[self._source.index[key]] */
+        PyObject *source = SLOT(self, off_t_source);
+        if (source == NULL || Py_TYPE(source) != SourceType) goto fallback;
+        PyObject *index = SLOT(source, off_s_index);
+        if (index == NULL || !PyDict_CheckExact(index)) goto fallback;
+        pos = PyDict_GetItemWithError(index, key); /* borrowed */
+        if (pos == NULL) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
+    if (!PyLong_CheckExact(pos)) goto fallback; /* a slice, a bool, a str subclass... */
+    Py_ssize_t i = PyLong_AsSsize_t(pos);
+    if (i == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) goto fallback;
+    n_getitem_fast++;
+    return Py_NewRef(PyList_GET_ITEM(values, i));
+fallback:
+    n_getitem_fallback++;
+    PyObject *args[2] = {self, key};
+    return PyObject_Vectorcall(py_getitem, args, 2, NULL);
+}
+
+static PyObject *tuple_getitem_method(PyObject *self, PyObject *key) { return tuple_subscript(self, key); }
+
+static PyMethodDef getitem_def = {"__getitem__", tuple_getitem_method, METH_O,
+                                  "tup[key]: the value at an index, or of a field by name (Tuple.__getitem__, in C)."};
+
+/* The Python __getitem__ of the Tuple type (borrowed), or NULL with TypeError if it has none: also
+   when the kernel's own is installed already (setup again), it is the one kept from the first. */
+static PyObject *python_getitem(PyTypeObject *type) {
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_as_mapping == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s is not a class with a __getitem__ slot", type->tp_name);
+        return NULL;
+    }
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, "__getitem__"); /* borrowed */
+    if (descr != NULL && PyFunction_Check(descr)) return descr;
+    if (descr != NULL && py_getitem != NULL && Py_TYPE(descr) == &PyMethodDescr_Type &&
+        ((PyMethodDescrObject *)descr)->d_method == &getitem_def)
+        return py_getitem;
+    PyErr_Format(PyExc_TypeError, "%s.__getitem__ is not a Python function", type->tp_name);
+    return NULL;
+}
+
+/* The type's subscript is tuple_subscript from now on, and its __getitem__ a method of the kernel:
+   left a Python function, CPython 3.11 would keep calling it where it specialized tup[key]
+   (BINARY_SUBSCR_GETITEM pushes its frame without looking at the slot). The dict is written
+   directly, not through setattr, which would put the generic slot back. PyType_Modified drops
+   what the interpreter cached of the type. */
+static int install_subscript(PyTypeObject *type, PyObject *getitem) {
+    PyObject *method = PyDescr_NewMethod(type, &getitem_def);
+    if (method == NULL) return -1;
+    Py_INCREF(getitem); /* before the dict lets go of it */
+    if (PyDict_SetItemString(type->tp_dict, "__getitem__", method) < 0) {
+        Py_DECREF(getitem);
+        Py_DECREF(method);
+        return -1;
+    }
+    Py_DECREF(method);
+    Py_XSETREF(py_getitem, getitem);
+    type->tp_as_mapping->mp_subscript = tuple_subscript;
+    PyType_Modified(type);
+    return 0;
 }
 
 /* -- setup ------------------------------------------------------------------------------- */
@@ -133,7 +221,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     memcpy(seed_s, seed.buf, 32);
     PyBuffer_Release(&seed);
     /* the offsets in use, put back if one is missing: kernels made before keep working */
-    Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields,
+    Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields, &off_s_index,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
                                    &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
                                    &off_m_acks, &off_m_inits};
@@ -144,13 +232,23 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
                  *route_t = (PyTypeObject *)rt, *mail_t = (PyTypeObject *)mt;
     if (member_offset(tuple_t, "values", &off_t_values) || member_offset(tuple_t, "_source", &off_t_source) ||
         member_offset(tuple_t, "_tree", &off_t_tree) || member_offset(tuple_t, "_val", &off_t_val) ||
-        member_offset(source_t, "fields", &off_s_fields) || member_offset(route_t, "stream", &off_r_stream) ||
+        member_offset(source_t, "fields", &off_s_fields) || member_offset(source_t, "index", &off_s_index) ||
+        member_offset(route_t, "stream", &off_r_stream) ||
         member_offset(route_t, "emit_arity", &off_r_emit_arity) || member_offset(route_t, "single", &off_r_single) ||
         member_offset(route_t, "subscribed", &off_r_subscribed) || member_offset(route_t, "key", &off_r_key) ||
         member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
         member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
         member_offset(mail_t, "inits", &off_m_inits)) {
+        for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
+        return NULL;
+    }
+    PyObject *getitem = python_getitem(tuple_t); /* borrowed */
+    if (getitem == NULL) {
+        for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
+        return NULL;
+    }
+    if (install_subscript(tuple_t, getitem) < 0) {
         for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
     }
@@ -997,8 +1095,9 @@ error:
 }
 
 static PyObject *counters(PyObject *mod, PyObject *unused) {
-    return Py_BuildValue("{sKsKsKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline,
-                         "spout_emit_fast", n_spout_fast, "spout_emit_fallback", n_spout_fallback);
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline,
+                         "spout_emit_fast", n_spout_fast, "spout_emit_fallback", n_spout_fallback, "getitem_fast",
+                         n_getitem_fast, "getitem_fallback", n_getitem_fallback);
 }
 
 /* -- module ------------------------------------------------------------------------------ */

@@ -65,6 +65,9 @@ class Tuple:
         return self._source.task
 
     def __getitem__(self, key: int | str) -> Any:
+        """A value by position (``tup[0]``) or by field name (``tup["word"]``). Where the C
+        kernel runs, its subscript does this for an int or a str key and calls this method for
+        any other key and for every error (``rayflow/_speedups.c``): this is its contract."""
         if type(key) is str:
             try:
                 return self.values[self._source.index[key]]

@@ -1,5 +1,5 @@
-"""The C kernel of a ``BasicBolt``'s emit and run loop (``rayflow/_speedups.c``), and which build
-runs (``rayflow/_executors/kernel.py``).
+"""The C kernel of a ``BasicBolt``'s emit and run loop, a spout's emit and a tuple's subscript
+(``rayflow/_speedups.c``), and which build runs (``rayflow/_executors/kernel.py``).
 
 The suite runs on the build this process loaded: the kernel where the install built it, pure
 Python where it could not or ``RAYFLOW_PURE_PYTHON=1`` is set. One test here runs the in-process
@@ -25,6 +25,10 @@ from rayflow import Spout, TopologyBuilder
 from rayflow._cli import app
 from rayflow._executors import kernel
 from rayflow._executors.kernel import PURE_PYTHON_ENV, load
+from rayflow._outbox import AckerMail, DataBatch
+from rayflow._router import Route
+from rayflow._tuple import Tuple as RealTuple
+from rayflow._tuple import TupleSource
 from rayflow.testing import CompletedTopology, complete_topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,6 +122,8 @@ class TestOnTheKernel:
         assert after["emit_fallback"] == before["emit_fallback"]
         assert after["spout_emit_fast"] - before["spout_emit_fast"] == 200  # each sentence
         assert after["spout_emit_fallback"] == before["spout_emit_fallback"]
+        assert after["getitem_fast"] - before["getitem_fast"] == 200 + 6 * 200  # tup[0]: a sentence, a word
+        assert after["getitem_fallback"] == before["getitem_fallback"]
         assert after["run_inline"] > before["run_inline"]
 
     def test_with_no_acker_every_sentence_is_acked_at_emit_and_every_word_counted_in_c(self) -> None:
@@ -144,6 +150,23 @@ class TestOnTheKernel:
             kernel.KERNEL.setup(Tuple, object, object, object, object, os.urandom(32))
         with pytest.raises(ValueError, match="32 bytes"):
             kernel.KERNEL.setup(Tuple, object, object, object, object, b"short")
+
+        class NoGetitem:
+            __slots__ = ("values", "_source", "_tree", "_val")
+
+        with pytest.raises(TypeError, match="NoGetitem.__getitem__ is not a Python function"):
+            kernel.KERNEL.setup(NoGetitem, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+        result = word_count(["a b c"] * 10)
+        assert sorted(result.acked("sentences")) == list(range(10))
+
+    def test_setup_again_with_the_same_classes_keeps_the_python_subscript_as_the_fallback(self) -> None:
+        """A second load (a test's) finds the kernel's own ``__getitem__`` installed already."""
+        assert kernel.KERNEL is not None
+        kernel.KERNEL.setup(RealTuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+        tup = RealTuple(["cow"], TupleSource("split", "default", 1, ["word"]))
+        assert (tup["word"], tup[0]) == ("cow", "cow")
+        with pytest.raises(KeyError, match="has no field 'n'"):
+            tup["n"]
         result = word_count(["a b c"] * 10)
         assert sorted(result.acked("sentences")) == list(range(10))
 

@@ -1,4 +1,5 @@
-"""Which build runs a ``BasicBolt``'s emit and run loop: the C kernel or pure Python.
+"""Which build runs the per-tuple paths -- a ``BasicBolt``'s emit and run loop, a spout's emit,
+``Tuple.__getitem__`` -- the C kernel or pure Python.
 
 The kernel (``rayflow/_speedups.c``) is an optional extension, built on install where a C
 compiler and Python's headers are (``setup.py``). It runs when it imports and its ``setup``
