@@ -23,6 +23,7 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections.abc import Callable
+from operator import xor
 from typing import Any, SupportsIndex
 
 from ._acking.anchoring import ID_TYPECODE
@@ -169,8 +170,12 @@ class AckerMail:
         sender of inits owns their trees."""
         inits, acks = self.inits, self.acks
         if inits and acks:
-            for root in inits.keys() & acks.keys():
-                inits[root] ^= acks.pop(root)
+            if acks.keys() <= inits.keys():  # a chained bolt acked only the host's new trees: fold all, in C
+                inits.update(zip(acks, map(xor, map(inits.__getitem__, acks), acks.values()), strict=True))
+                acks.clear()
+            else:
+                for root in inits.keys() & acks.keys():
+                    inits[root] ^= acks.pop(root)
         payload = (task_id, _flat_pairs(inits), _flat_pairs(acks), self.fails, self.resets)
         self._reset()
         return payload
