@@ -82,7 +82,7 @@ class ValueColumn(list[Any]):
     __slots__ = ()
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
-        if self and self[0].__class__ is str and len(set(map(type, self))) == 1:
+        if self and self[0].__class__ is str and list(map(type, self)).count(str) == len(self):
             joined = SEPARATOR.join(self)
             if joined.count(SEPARATOR) == len(self) - 1:
                 return _split, (joined,)

@@ -1,8 +1,18 @@
-"""``AckerMail.take``: acks of trees whose inits wait in the same mail fold into those inits."""
+"""The outbox's wire forms: ``AckerMail.take`` folds acks of trees whose inits wait in the same
+mail into those inits; ``ValueColumn`` pickles a column of plain strings as one string."""
 
 from __future__ import annotations
 
-from rayflow._outbox import AckerMail
+import pickle
+from typing import Any
+
+import pytest
+
+from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split
+
+
+class Word(str):
+    """A subclass of ``str``, which the joined form would turn into a plain ``str``."""
 
 
 def pairs(flat: object) -> dict[int, int]:
@@ -32,3 +42,26 @@ def test_acks_of_other_trees_stay_acks() -> None:
     assert pairs(inits) == {1: 5, 2: 0}
     assert pairs(acks) == {40: 9, 41: 3}
     assert len(mail) == 0
+
+
+@pytest.mark.parametrize(
+    ("values", "joined"),
+    [
+        (["the", "cow", "", "jumped"], True),
+        (["one"], True),
+        (["the", Word("cow")], False),  # a subclass keeps its class
+        ([Word("cow"), "the"], False),
+        (["the", 3], False),
+        ([3, "the"], False),
+        (["a" + SEPARATOR + "b", "c"], False),  # a value holding the separator
+        ([["a", 1], ["b", 2]], False),
+        ([], False),
+    ],
+)
+def test_value_column_round_trips(values: list[Any], joined: bool) -> None:
+    column = ValueColumn(values)
+    assert (column.__reduce_ex__(5)[0] is _split) is joined
+    back = pickle.loads(pickle.dumps(column, protocol=5))
+    assert back == values
+    assert [type(v) for v in back] == [type(v) for v in values]
+    assert type(back) is list
