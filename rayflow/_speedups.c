@@ -36,9 +36,13 @@
  *       come as the bare values and are put in a list of one here, as the Python loop does),
  *       sets collector.input, calls execute, folds acks per root into the acker mails; an
  *       exception that is an Exception is handed to on_error(tup, exc) (which reports unless
- *       FailedException, and fails), anything else propagates.
- *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "spout_emit_fast": n,
- *                  "spout_emit_fallback": n, "getitem_fast": n, "getitem_fallback": n}
+ *       FailedException, and fails), anything else propagates. A Tuple that nothing but the loop
+ *       and collector.input refers to once execute has returned (the bolt kept no reference)
+ *       is the next input's: its slots are written again instead of a Tuple being freed and
+ *       another allocated; no one can tell (a Tuple takes no weak reference).
+ *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "tuples_reused": n,
+ *                  "spout_emit_fast": n, "spout_emit_fallback": n, "getitem_fast": n,
+ *                  "getitem_fallback": n}
  *       What ran where: a test asserts that the fast paths were taken.
  *   Tuple's subscript (installed by setup)
  *       tup[key] for an int key or a str key in the source's index, on a list of values, in C
@@ -341,7 +345,7 @@ typedef struct {
     Py_ssize_t batch_size;
 } EmitKernel;
 
-static unsigned long long n_fast, n_fallback, n_inline; /* what ran where (counters()) */
+static unsigned long long n_fast, n_fallback, n_inline, n_reused; /* what ran where (counters()) */
 
 /* if executor._watched: executor._emitted(stream, values, targets) -- the observer and the
    debug log, as the Python path calls them (after counting, before sending). */
@@ -996,6 +1000,7 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     PyObject *cdict = PyObject_GenericGetDict(collector, NULL); /* collector.input lives there */
     if (cdict == NULL) return NULL;
     PyObject *tup = NULL, *root_o = NULL, *val_o = NULL, *values = NULL;
+    PyObject *spare = NULL; /* the last input's Tuple, which nothing but collector.input held: reused */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(column); i++) {
         PyObject *item = PyList_GET_ITEM(column, i);
         root_o = PyIter_Next(trees);
@@ -1021,13 +1026,24 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         int val_true = PyObject_IsTrue(val_o);
         if (val_true < 0) goto error;
         if (root || !val_true) { /* Tuple(values, source, root, val), slots written directly */
-            tup = TupleType->tp_alloc(TupleType, 0);
-            if (tup == NULL) goto error;
-            SLOT(tup, off_t_values) = values; /* stolen */
-            values = NULL;
-            SLOT(tup, off_t_source) = Py_NewRef(source);
-            SLOT(tup, off_t_tree) = Py_NewRef(root_o);
-            SLOT(tup, off_t_val) = Py_NewRef(val_o);
+            if (spare != NULL) { /* no one can tell it from a new one: nothing else refers to it */
+                n_reused++;
+                tup = spare;
+                spare = NULL;
+                slot_set(tup, off_t_values, values); /* stolen */
+                values = NULL;
+                slot_set(tup, off_t_source, Py_NewRef(source));
+                slot_set(tup, off_t_tree, Py_NewRef(root_o));
+                slot_set(tup, off_t_val, Py_NewRef(val_o));
+            } else {
+                tup = TupleType->tp_alloc(TupleType, 0);
+                if (tup == NULL) goto error;
+                SLOT(tup, off_t_values) = values; /* stolen */
+                values = NULL;
+                SLOT(tup, off_t_source) = Py_NewRef(source);
+                SLOT(tup, off_t_tree) = Py_NewRef(root_o);
+                SLOT(tup, off_t_val) = Py_NewRef(val_o);
+            }
         } else { /* in several trees: Tuple(values, source, joined[val - 1]) */
             Py_ssize_t j = PyLong_AsSsize_t(val_o);
             if (j == -1 && PyErr_Occurred()) goto error;
@@ -1077,16 +1093,25 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
                 slot_set(tup, off_t_tree, Py_NewRef(Py_None));
             }
         }
-        Py_CLEAR(tup);
+        /* Held by us and collector.input only (a Tuple takes no weak reference): the next input's */
+        if (spare == NULL && Py_REFCNT(tup) == 2 && Py_TYPE(tup) == TupleType &&
+            PyDict_GetItemWithError(cdict, s_input) == tup) {
+            spare = tup;
+            tup = NULL;
+        } else {
+            Py_CLEAR(tup);
+        }
         Py_CLEAR(root_o);
         Py_CLEAR(val_o);
     }
+    Py_CLEAR(spare);
     if (last_root && fold_ack(mails, last_root, last_val) < 0) goto error;
     if (PyDict_SetItem(cdict, s_input, Py_None) < 0) goto error;
     Py_DECREF(cdict);
     return PyLong_FromSsize_t(failed);
 error:
     Py_DECREF(cdict);
+    Py_XDECREF(spare);
     Py_XDECREF(tup);
     Py_XDECREF(root_o);
     Py_XDECREF(val_o);
@@ -1095,7 +1120,8 @@ error:
 }
 
 static PyObject *counters(PyObject *mod, PyObject *unused) {
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "emit_fast", n_fast, "emit_fallback", n_fallback, "run_inline", n_inline,
+                         "tuples_reused", n_reused,
                          "spout_emit_fast", n_spout_fast, "spout_emit_fallback", n_spout_fallback, "getitem_fast",
                          n_getitem_fast, "getitem_fallback", n_getitem_fallback);
 }

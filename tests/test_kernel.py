@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 
 from benchmarks.c_kernel import SEMANTICS_TESTS
 from examples.wordcount import SplitSentence, WordCount
-from rayflow import Spout, TopologyBuilder
+from rayflow import BasicBolt, BasicOutputCollector, Spout, TopologyBuilder
 from rayflow._cli import app
+from rayflow._context import TopologyContext
 from rayflow._executors import kernel
 from rayflow._executors.kernel import PURE_PYTHON_ENV, load
 from rayflow._outbox import AckerMail, DataBatch
@@ -190,3 +191,43 @@ def test_the_semantics_tests_pass_on_the_other_build() -> None:
         timeout=600,
     )
     assert done.returncode == 0, f"on {child_build.stdout.strip()}:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+
+
+class Keeper(BasicBolt):
+    """Keeps every other input it executes (so that the C loop must not reuse those) and records
+    the values each input had while it ran."""
+
+    outputs = ["word"]
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.kept: list[tuple[Any, list[Any]]] = []
+        self.seen: list[list[Any]] = []
+        self.n = 0
+
+    def execute(self, tup: Any, collector: BasicOutputCollector) -> None:
+        self.seen.append(list(tup.values))
+        self.n += 1
+        if self.n % 2:
+            self.kept.append((tup, list(tup.values)))
+
+
+@on_the_kernel
+def test_the_c_loop_reuses_only_the_tuples_a_bolt_kept_no_reference_to() -> None:
+    """A ``BasicBolt`` that keeps some inputs: each kept tuple still has its own values after the
+    run, every input had its own while it ran, and the others were reused."""
+    assert kernel.KERNEL is not None
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Sentences())
+    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
+    builder.set_bolt("keep", Keeper()).global_grouping("split")
+    sentences = [f"w{i} x{i} y{i}" for i in range(100)]
+    before = kernel.KERNEL.counters()
+    result = complete_topology(builder.create_topology(), mocked_sources={"sentences": [[s] for s in sentences]})
+    after = kernel.KERNEL.counters()
+    (keeper,) = result.components("keep")
+    words = [w for s in sentences for w in s.split()]
+    assert sorted(v[0] for v in keeper.seen) == sorted(words)
+    assert all(list(tup.values) == values for tup, values in keeper.kept)
+    assert len({id(tup) for tup, _ in keeper.kept}) == len(keeper.kept) == 150
+    assert after["tuples_reused"] > before["tuples_reused"]
+    assert sorted(result.acked("sentences")) == list(range(100))
