@@ -33,7 +33,6 @@ import ipaddress
 import logging
 import os
 import pickle
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -66,16 +65,6 @@ SPOUT_BLOCKED_SECS = 0.05
 GC_THRESHOLD = (50_000, 20, 100)
 """A task allocates a few objects per tuple and almost never makes cycles: with Python's
 default threshold (700) the cycle collector ran thousands of times a second for nothing."""
-GIL_SWITCH_SECS = 0.05
-"""The process's GIL switch interval (``sys.setswitchinterval``; Python's default is 0.005).
-Ray's main thread in every actor process takes the GIL every 10 ms to check for signals. With
-the default, a thread that waited 5 ms for the GIL forces the event loop to drop it in the
-middle of its work, and the loop then stands still until the main thread is given a core -- on
-a box whose cores are all busy, a scheduler's time slice. With a longer interval the main
-thread mostly takes the GIL when the loop lets go of it anyway (in ``epoll_wait`` and socket
-calls, many times per 10 ms), and the loop is forced at most once per interval. Nothing in
-the process waits on the main thread's GIL turns but signal handling and Ray's own calls into
-the actor, which the loop lets in at its next poll."""
 
 
 class TaskActor:
@@ -117,7 +106,6 @@ class TaskActor:
         """The GPUs Ray gave this actor (its component's ``num_gpus``), for ``task_metrics``."""
         self._log = install()
         """What rayflow logs in this process, kept for the driver (``next_logs``, ``shutdown``)."""
-        sys.setswitchinterval(GIL_SWITCH_SECS)  # the actor owns its worker process
 
     async def listen(self) -> tuple[str, Address]:
         """Start listening for peers' streams; returns this actor's node id and address.
