@@ -8,7 +8,7 @@ would otherwise start its own viewer, and the viewer import the runtime back.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -17,7 +17,9 @@ from ._errors import RayflowError
 from ._runtime import TopologyHandle, submit_topology
 from ._runtime.cluster import local_ray_options
 from ._topology import Topology
-from ._ui import UiServer
+
+if TYPE_CHECKING:
+    from ._ui import UiServer  # loaded by the first page served: a cluster without pages never needs it
 
 __all__ = ["LocalCluster"]
 
@@ -83,6 +85,8 @@ class LocalCluster:
             return page.url
         if handle.killed:
             raise RayflowError(f"topology {handle.name!r} was killed: there is nothing left to show")
+        from ._ui import UiServer
+
         page = UiServer(host=host, port=port, token=token)
         try:
             page.serve(handle, topology or self._topologies.get(handle))

@@ -10,6 +10,10 @@ topology's certificates; ``peer_task`` then says which task the other end is.
 
 ``TaskKeys`` travels to its actor through Ray, in the constructor's arguments: the transport
 is as private as Ray's own channels (``docs/security.md``).
+
+A task only loads what it was given into ``ssl``; ``cryptography``, which makes the keys and
+certificates, is imported by the driver's ``TopologyKeys`` alone, so a task actor's process
+starts without it (``benchmarks/topology_start.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +26,11 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 __all__ = ["TaskKeys", "TopologyKeys", "peer_task", "task_identity"]
 
@@ -43,10 +47,14 @@ def task_identity(topology_id: str, task: int) -> str:
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _pem(certificate: x509.Certificate) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return certificate.public_bytes(serialization.Encoding.PEM)
 
 
@@ -109,6 +117,10 @@ class TopologyKeys:
     """A topology's certificate authority, held by the driver: issues each task's keys."""
 
     def __init__(self) -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.x509.oid import NameOID
+
         self.topology_id = secrets.token_hex(16)
         self._key = _new_key()
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"rayflow topology {self.topology_id}")])
@@ -144,6 +156,10 @@ class TopologyKeys:
 
     def issue(self, task: int) -> TaskKeys:
         """A fresh key and certificate for ``task`` (every start and restart of its actor)."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
         key = _new_key()
         now = datetime.datetime.now(datetime.timezone.utc)
         identity = task_identity(self.topology_id, task)
