@@ -121,6 +121,7 @@ static unsigned long long n_getitem_fast, n_getitem_fallback;
    anything else (another key, a key not found, an index out of range, values not a list) by
    the Python method, which raises the errors a user reads. */
 static PyObject *tuple_subscript(PyObject *self, PyObject *key) {
+    if (!PyObject_TypeCheck(self, TupleType)) goto fallback; /* a Tuple class of an earlier setup */
     PyObject *values = SLOT(self, off_t_values);
     if (values == NULL || !PyList_CheckExact(values)) goto fallback;
     PyObject *pos = key;
