@@ -172,7 +172,8 @@ class TestCLedgerEdges:
 
     def test_any_id_array_or_sequence(self):
         """Unsigned 64-bit arrays are read as buffers; anything else as a sequence of ints."""
-        for inits in (array("Q", [5, 1]), array("L", [5, 1]) if array("L").itemsize == 8 else [5, 1], (5, 1)):
+        strided = memoryview(array("Q", [5, 9, 1, 9]))[::2]  # no contiguous buffer: read as a sequence
+        for inits in (array("Q", [5, 1]), array("L", [5, 1]) if array("L").itemsize == 8 else [5, 1], (5, 1), strided):
             c = C_LEDGER()
             assert c.apply(1, inits, [], []) == {}
             assert c.apply(2, [], array("q", [5, 1]), []) == {1: ([5], [])}

@@ -220,7 +220,10 @@ static int ids_open(PyObject *obj, Ids *ids) {
     ids->fast = NULL;
     ids->ids = NULL;
     if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
-        if (PyObject_GetBuffer(obj, &ids->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+        if (PyObject_GetBuffer(obj, &ids->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear(); /* not contiguous: read it as a sequence */
+            goto sequence;
+        }
         const char *f = ids->view.format;
         if (ids->view.itemsize == 8 && f && (!strcmp(f, "L") || !strcmp(f, "Q"))) {
             ids->has_view = 1;
@@ -230,6 +233,7 @@ static int ids_open(PyObject *obj, Ids *ids) {
         }
         PyBuffer_Release(&ids->view);
     }
+sequence:
     ids->fast = PySequence_Fast(obj, "inits and acks must be sequences of ints");
     if (!ids->fast) return -1;
     ids->n = PySequence_Fast_GET_SIZE(ids->fast);
@@ -251,6 +255,12 @@ static inline int ids_pair(const Ids *ids, Py_ssize_t k, uint64_t *root, uint64_
             return -1;
         }
         return 0;
+    }
+    /* Re-read each time: a finalizer run by a collection while this payload is applied could
+       resize the list (the array's buffer is pinned while viewed; a list is not). */
+    if (2 * k + 1 >= PySequence_Fast_GET_SIZE(ids->fast)) {
+        PyErr_SetString(PyExc_RuntimeError, "an acker payload's list changed while it was applied");
+        return -1;
     }
     PyObject **items = PySequence_Fast_ITEMS(ids->fast);
     if (as_root(items[2 * k], root) < 0) return -1;
@@ -417,7 +427,7 @@ static PyObject *ledger_apply(Ledger *self, PyObject *const *args, Py_ssize_t na
     ids_close(&ids);
     PyObject *fails = PySequence_Fast(args[3], "fails must be a sequence of ints");
     if (!fails) goto error;
-    for (Py_ssize_t k = 0, n = PySequence_Fast_GET_SIZE(fails); k < n; k++) {
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(fails); k++) {
         if (as_root(PySequence_Fast_GET_ITEM(fails, k), &root) < 0) goto error_fails;
         Py_ssize_t i = touch(self, root);
         if (i < 0) goto error_fails;
@@ -445,9 +455,9 @@ static PyObject *ledger_rotate(Ledger *self, PyObject *unused) {
     PyObject *expired = PyList_New(0);
     if (!expired) return NULL;
     Py_ssize_t n = 0;
-    for (size_t i = 0; i <= self->mask; i++) {
-        if (self->stamps[i] != cohort) continue;
-        PyObject *r = PyLong_FromUnsignedLongLong(self->roots[i]);
+    const uint8_t *stamps = self->stamps, *end = stamps + self->mask + 1, *at = stamps;
+    while ((at = memchr(at, cohort, (size_t)(end - at))) != NULL) {
+        PyObject *r = PyLong_FromUnsignedLongLong(self->roots[at++ - stamps]);
         if (!r || PyList_Append(expired, r) < 0) {
             Py_XDECREF(r);
             Py_DECREF(expired);
