@@ -387,14 +387,16 @@ class TaskActor:
     # -- background loops ---------------------------------------------------------------------
     async def _source_loop(self, linger: float) -> None:
         """Storm's spout loop: call ``next_tuple`` while allowed. While it emits, data goes out
-        when a batch fills or ``linger`` passes, inits every control linger -- or, while
-        batches wait for the tasks chained to this one, after those have executed them
-        (``_execute_inbox`` sends them): the chained tasks' acks of the same trees then fold
-        into the inits (``AckerMail``), one acker message per tree fewer. When it emits
-        nothing the loop backs off, still sending on the same lingers (a rate-limited spout would
-        otherwise make one small call per turn); when it may not emit (inactive, exhausted, or
-        the pending budget spent), everything waiting goes out at once (the inits, again,
-        once the chained tasks have executed what waits for them)."""
+        when a batch fills or ``linger`` passes, inits every control linger -- or, with tasks
+        chained to this one, after those have executed every batch of these trees, the
+        partial one included (``_flush_now``; ``_execute_inbox`` sends them): the chained
+        tasks' acks of the same trees then fold into the inits (``AckerMail``), one acker
+        message per tree fewer. (Inits sent while their tuples still wait in a partial batch
+        would leave those trees' acks to a later mail, and the acker one message more each.)
+        When it emits nothing the loop backs off, still sending on the same lingers (a
+        rate-limited spout would otherwise make one small call per turn); when it may not emit
+        (inactive, exhausted, or the pending budget spent), everything waiting goes out at
+        once (the inits, again, once the chained tasks have executed what waits for them)."""
         executor = self._executor
         outbox = self._outbox
         clock = time.monotonic
@@ -416,7 +418,10 @@ class TaskActor:
                     outbox.flush_data()
                     data_sent = now
                 if now - control_sent >= self._control_linger and self._nothing_waits():
-                    outbox.flush_control()
+                    if self._chain is None:
+                        outbox.flush_control()
+                    else:  # the partial batch for the chained tasks first, the inits after it
+                        self._flush_now()
                     control_sent = now
                 await self._transport.wait_for_room()
                 await self._room_in_chain()
