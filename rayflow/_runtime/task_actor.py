@@ -399,6 +399,7 @@ class TaskActor:
         once (the inits, again, once the chained tasks have executed what waits for them)."""
         executor = self._executor
         outbox = self._outbox
+        chain = self._chain
         clock = time.monotonic
         data_sent = control_sent = clock()
         idle = SPOUT_IDLE_SECS[0]
@@ -411,6 +412,13 @@ class TaskActor:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), SPOUT_BLOCKED_SECS)
                 continue
+            if self._held_for_chain and chain is not None and chain.inbox:
+                # Inits wait for the chained tasks' batch (``_flush_now``): they go once it
+                # is executed, and with them the inits of whatever the spout emitted
+                # meanwhile, whose acks then come a mail later. So they get their turn first.
+                await self._transport.wait_for_room()
+                await asyncio.sleep(0)
+                continue
             if executor.run_burst(SPOUT_BURST):
                 idle = SPOUT_IDLE_SECS[0]
                 now = clock()
@@ -418,7 +426,7 @@ class TaskActor:
                     outbox.flush_data()
                     data_sent = now
                 if now - control_sent >= self._control_linger and self._nothing_waits():
-                    if self._chain is None:
+                    if chain is None:
                         outbox.flush_control()
                     else:  # the partial batch for the chained tasks first, the inits after it
                         self._flush_now()
