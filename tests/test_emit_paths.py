@@ -16,6 +16,7 @@ state: the batches, roots, inits, pending trees and latency samples one ``next_t
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 from unittest import mock
 
@@ -290,6 +291,10 @@ SPOUT_CALLS: dict[str, SpoutCall] = {
 }
 
 
+BATCH_SIZE = 3
+"""Small enough that some batches are sent during the calls, and some not."""
+
+
 class CallingSpout(Spout):
     """Makes every call of ``SPOUT_CALLS`` in one ``next_tuple`` and records what each returned,
     or the error it raised."""
@@ -312,8 +317,8 @@ class CallingSpout(Spout):
 
 
 def spout_state(watched: bool, conf: dict[str, Any]) -> dict[str, Any]:
-    """What one ``next_tuple`` of ``CallingSpout`` leaves in its task: each batch (its values and
-    streams, its trees with each edge id as "edge"), the acker mails' inits (each checked to be
+    """What one ``next_tuple`` of ``CallingSpout`` leaves in its task: each batch sent and each
+    batch still filling (its values and streams, its trees with each edge id as "edge"), the acker mails' inits (each checked to be
     the XOR of its tree's edge ids), the pending trees, the trees sampled for latency, the msg ids
     acked at emit, the counters, what the observer saw and what each call returned."""
     builder = TopologyBuilder()
@@ -325,22 +330,31 @@ def spout_state(watched: bool, conf: dict[str, Any]) -> dict[str, Any]:
     task = wire.task("under_test")
     if not watched:
         task.observer = None
-    task.outbox.batch_size = 10**6  # everything stays in the batches, to be looked at
     task.run_burst(1)
     edges: dict[int, int] = {}
-    batches = {}
-    for target, batch in task._batches.items():
+
+    def tree_shape(ids: Any) -> list[tuple[int, Any]]:
         trees = []
-        for root, edge in zip(batch.trees[::2], batch.trees[1::2], strict=True):
+        for root, edge in zip(ids[::2], ids[1::2], strict=True):
             assert (root == 0) == (edge == 0)
             edges[root] = edges.get(root, 0) ^ edge
             trees.append((root, "edge" if edge else 0))
-        batches[target] = (list(batch.values), list(batch.streams), list(batch.ends), trees)
+        return trees
+
+    sent = []  # the batches that reached BATCH_SIZE, sent on the emit that filled them
+    for target, raw in wire.data:
+        _, values, trees, streams, ends, _ = pickle.loads(raw)
+        sent.append((target, list(values), streams, ends, tree_shape(list(trees))))
+    batches = {
+        target: (list(batch.values), list(batch.streams), list(batch.ends), tree_shape(batch.trees))
+        for target, batch in task._batches.items()
+    }
     inits = {root: val for mail in task.outbox.acker_mails for root, val in mail.inits.items()}
     for root, val in inits.items():
         assert val == edges.get(root, 0), "an init is the XOR of its tree's edge ids"
     (spout,) = wire.components("under_test")
     return {
+        "sent": sent,
         "batches": batches,
         "roots": sorted(inits),
         "pending": dict(task.pending.newest),
@@ -362,7 +376,7 @@ def test_the_c_spout_emit_leaves_what_the_python_one_leaves(watched: bool, acker
     on both builds), the same inits, pending trees, latency samples, msg ids acked at emit,
     counters, observed emits, targets returned and errors raised."""
     assert kernel.KERNEL is not None
-    conf = {"ackers": ackers}
+    conf = {"ackers": ackers, "batch_size": BATCH_SIZE}
     before = kernel.KERNEL.counters()
     on_c = spout_state(watched, conf)
     after = kernel.KERNEL.counters()
@@ -370,6 +384,7 @@ def test_the_c_spout_emit_leaves_what_the_python_one_leaves(watched: bool, acker
         on_python = spout_state(watched, conf)
     assert on_c == on_python
     assert on_c["roots"] if ackers else not on_c["roots"]
+    assert on_c["sent"] and any(batch[0] for batch in on_c["batches"].values())
     fast = after["spout_emit_fast"] - before["spout_emit_fast"]
     assert fast == 9  # the untracked, tracked, keyed, unread and msg-id calls; the rest fell back
     assert after["spout_emit_fallback"] - before["spout_emit_fallback"] == len(SPOUT_CALLS) - 1 - fast
