@@ -318,9 +318,10 @@ class CallingSpout(Spout):
 
 def spout_state(watched: bool, conf: dict[str, Any]) -> dict[str, Any]:
     """What one ``next_tuple`` of ``CallingSpout`` leaves in its task: each batch sent and each
-    batch still filling (its values and streams, its trees with each edge id as "edge"), the acker mails' inits (each checked to be
-    the XOR of its tree's edge ids), the pending trees, the trees sampled for latency, the msg ids
-    acked at emit, the counters, what the observer saw and what each call returned."""
+    batch still filling (its values and streams, its trees with each edge id as "edge"), the
+    acker mails' inits (each checked to be the XOR of its tree's edge ids), the pending trees,
+    the trees sampled for latency, the msg ids acked at emit, the counters, what the observer
+    saw and what each call returned."""
     builder = TopologyBuilder()
     builder.set_spout("under_test", CallingSpout())
     builder.set_bolt("by_word", Sink(), parallelism=2).fields_grouping("under_test", ["word"])
