@@ -25,6 +25,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from rayflow._acking.ledger_build import LEDGER_BUILD
 from rayflow._cli import MEANING, ExitCode, app, console, flow_order
 from rayflow._cli.commands import _actors, show_debug_log
 from rayflow._cli.monitor import Monitor, task_view
@@ -276,7 +277,7 @@ class TestSchemaAndEntryPoints:
     def test_version(self) -> None:
         code, out, _ = invoke("--version")
         assert code == 0
-        assert out.strip() == f"rayflow {version('rayflow')} ({kernel.BUILD})"
+        assert out.strip() == f"rayflow {version('rayflow')} ({kernel.BUILD}; {LEDGER_BUILD})"
 
     def test_run_help_reflows_its_paragraphs_and_lists_the_exit_codes(self) -> None:
         """The help's paragraphs fill the terminal's width instead of keeping the source's line breaks."""

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from benchmarks.c_kernel import SEMANTICS_TESTS
 from examples.wordcount import SplitSentence, WordCount
 from rayflow import BasicBolt, BasicOutputCollector, Spout, TopologyBuilder
+from rayflow._acking.ledger_build import LEDGER_BUILD
 from rayflow._cli import app
 from rayflow._context import TopologyContext
 from rayflow._executors import kernel
@@ -86,7 +87,7 @@ class TestWhichBuildRuns:
     def test_rayflow_version_says_which_build_runs(self) -> None:
         result = CliRunner().invoke(app, ["--version"])
         assert result.exit_code == 0
-        assert result.output.strip().endswith(f"({kernel.BUILD})")
+        assert result.output.strip().endswith(f"({kernel.BUILD}; {LEDGER_BUILD})")
 
 
 class Sentences(Spout):

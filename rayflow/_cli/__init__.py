@@ -59,11 +59,13 @@ def _version() -> str:
 
 
 def _print_version(value: bool) -> None:
-    """The version, and which build runs a ``BasicBolt``'s hot loops: the C kernel or pure Python."""
+    """The version, and which build runs the hot loops: the C kernel or pure Python for the
+    emits and a ``BasicBolt``'s run loop, the C ledger or the Python one for the acker."""
     if value:
+        from .._acking.ledger_build import LEDGER_BUILD
         from .._executors.kernel import BUILD
 
-        console.out.print(f"rayflow {_version()} ({BUILD})", markup=False)
+        console.out.print(f"rayflow {_version()} ({BUILD}; {LEDGER_BUILD})", markup=False)
         raise typer.Exit()
 
 
