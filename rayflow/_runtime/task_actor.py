@@ -244,7 +244,10 @@ class TaskActor:
                     self._execute_chained(chain)
                     if self._nothing_waits():
                         outbox.flush_data()
-                    self._flush_later()
+                    if not self._held_for_chain:
+                        self._flush_later()
+                    elif not chain.inbox:  # the flush held for the chained tasks' batches, now due
+                        self._flush_now()
                     await self._transport.wait_for_room()
                 if chain.tuples <= low_tuples and len(chain.inbox) <= low_batches:
                     self._chain_room.set()
@@ -286,7 +289,8 @@ class TaskActor:
         """Send what waits. In an actor with chained tasks, a batch for them (the host's partial
         one goes first) puts the acker traffic off until they have executed it -- once, and not
         when it is urgent: their acks of its trees then fold into the inits (``AckerMail``), and
-        ``_execute_inbox`` flushes again after the batch."""
+        ``_execute_inbox`` flushes as soon as they have executed every batch queued for them
+        (the spout loop emits nothing meanwhile: its new trees' inits would go unfolded)."""
         self._flush_due = False
         chain = self._chain
         if chain is not None and not self._held_for_chain and not self._outbox.urgent:
