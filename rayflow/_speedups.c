@@ -362,33 +362,20 @@ static int watched_emit(EmitKernel *k, PyObject *stream, PyObject *values, PyObj
     return 0;
 }
 
+/* the object references a EmitKernel holds: what the collector visits and clears */
+#define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(collector_dict)
+
 static int kernel_traverse(EmitKernel *k, visitproc visit, void *arg) {
-    Py_VISIT(k->executor);
-    Py_VISIT(k->collector);
-    Py_VISIT(k->fallback);
-    Py_VISIT(k->default_stream);
-    Py_VISIT(k->routes);
-    Py_VISIT(k->batches);
-    Py_VISIT(k->outbox);
-    Py_VISIT(k->metrics);
-    Py_VISIT(k->task_id);
-    Py_VISIT(k->executor_dict);
-    Py_VISIT(k->collector_dict);
+#define VISIT_REF(m) Py_VISIT(k->m);
+    EMIT_KERNEL_REFS(VISIT_REF)
+#undef VISIT_REF
     return 0;
 }
 
 static int kernel_clear(EmitKernel *k) {
-    Py_CLEAR(k->executor);
-    Py_CLEAR(k->collector);
-    Py_CLEAR(k->fallback);
-    Py_CLEAR(k->default_stream);
-    Py_CLEAR(k->routes);
-    Py_CLEAR(k->batches);
-    Py_CLEAR(k->outbox);
-    Py_CLEAR(k->metrics);
-    Py_CLEAR(k->task_id);
-    Py_CLEAR(k->executor_dict);
-    Py_CLEAR(k->collector_dict);
+#define CLEAR_REF(m) Py_CLEAR(k->m);
+    EMIT_KERNEL_REFS(CLEAR_REF)
+#undef CLEAR_REF
     return 0;
 }
 
@@ -670,35 +657,20 @@ typedef struct {
 
 static unsigned long long n_spout_fast, n_spout_fallback;
 
+/* the object references a SpoutEmit holds: what the collector visits and clears */
+#define SPOUT_EMIT_REFS(X) X(executor) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(pending) X(executor_dict) X(outbox_dict) X(pending_dict)
+
 static int spout_traverse(SpoutEmit *k, visitproc visit, void *arg) {
-    Py_VISIT(k->executor);
-    Py_VISIT(k->fallback);
-    Py_VISIT(k->default_stream);
-    Py_VISIT(k->routes);
-    Py_VISIT(k->batches);
-    Py_VISIT(k->outbox);
-    Py_VISIT(k->metrics);
-    Py_VISIT(k->task_id);
-    Py_VISIT(k->pending);
-    Py_VISIT(k->executor_dict);
-    Py_VISIT(k->outbox_dict);
-    Py_VISIT(k->pending_dict);
+#define VISIT_REF(m) Py_VISIT(k->m);
+    SPOUT_EMIT_REFS(VISIT_REF)
+#undef VISIT_REF
     return 0;
 }
 
 static int spout_clear(SpoutEmit *k) {
-    Py_CLEAR(k->executor);
-    Py_CLEAR(k->fallback);
-    Py_CLEAR(k->default_stream);
-    Py_CLEAR(k->routes);
-    Py_CLEAR(k->batches);
-    Py_CLEAR(k->outbox);
-    Py_CLEAR(k->metrics);
-    Py_CLEAR(k->task_id);
-    Py_CLEAR(k->pending);
-    Py_CLEAR(k->executor_dict);
-    Py_CLEAR(k->outbox_dict);
-    Py_CLEAR(k->pending_dict);
+#define CLEAR_REF(m) Py_CLEAR(k->m);
+    SPOUT_EMIT_REFS(CLEAR_REF)
+#undef CLEAR_REF
     return 0;
 }
 
