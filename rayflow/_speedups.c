@@ -588,6 +588,33 @@ fallback:
     return PyObject_Vectorcall(k->fallback, args, nargsf, kwnames);
 }
 
+/* What an emit kernel caches of its executor (see the header: never rebound after
+   Emitter.__init__): routes, _batches, outbox, metrics' instance dict, task_id, the executor's
+   instance dict, and outbox.batch_size. New references in the out-parameters, set also when it
+   fails part-way (the caller's dealloc clears them); -1 with an exception set on failure. */
+static int read_emitter(PyObject *executor, PyObject **routes, PyObject **batches, PyObject **outbox,
+                        PyObject **metrics, PyObject **task_id, PyObject **executor_dict, Py_ssize_t *batch_size) {
+    *routes = PyObject_GetAttr(executor, s_routes);
+    *batches = PyObject_GetAttr(executor, s_batches);
+    *outbox = PyObject_GetAttr(executor, s_outbox);
+    PyObject *m = PyObject_GetAttr(executor, s_metrics);
+    *metrics = m ? PyObject_GenericGetDict(m, NULL) : NULL;
+    Py_XDECREF(m);
+    *task_id = PyObject_GetAttr(executor, s_task_id);
+    *executor_dict = PyObject_GenericGetDict(executor, NULL);
+    if (!*routes || !*batches || !*outbox || !*metrics || !*task_id || !*executor_dict) return -1;
+    if (!PyDict_CheckExact(*routes) || !PyDict_CheckExact(*batches) || !PyDict_CheckExact(*metrics) ||
+        !PyDict_CheckExact(*executor_dict)) {
+        PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
+        return -1;
+    }
+    PyObject *size = PyObject_GetAttr(*outbox, s_batch_size);
+    if (size == NULL) return -1;
+    *batch_size = PyLong_AsSsize_t(size);
+    Py_DECREF(size);
+    return *batch_size == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"executor", "collector", "fallback", "default_stream", NULL};
     PyObject *executor, *collector, *fallback, *default_stream;
@@ -605,28 +632,15 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     k->collector = Py_NewRef(collector);
     k->fallback = Py_NewRef(fallback);
     k->default_stream = Py_NewRef(default_stream);
-    k->routes = PyObject_GetAttr(executor, s_routes);
-    k->batches = PyObject_GetAttr(executor, s_batches);
-    k->outbox = PyObject_GetAttr(executor, s_outbox);
-    PyObject *metrics = PyObject_GetAttr(executor, s_metrics);
-    k->metrics = metrics ? PyObject_GenericGetDict(metrics, NULL) : NULL;
-    Py_XDECREF(metrics);
-    k->executor_dict = PyObject_GenericGetDict(executor, NULL);
-    k->collector_dict = PyObject_GenericGetDict(collector, NULL);
-    k->task_id = PyObject_GetAttr(executor, s_task_id);
-    if (!k->routes || !k->batches || !k->outbox || !k->metrics || !k->task_id || !k->executor_dict ||
-        !k->collector_dict)
+    if (read_emitter(executor, &k->routes, &k->batches, &k->outbox, &k->metrics, &k->task_id, &k->executor_dict,
+                     &k->batch_size) < 0)
         goto error;
-    if (!PyDict_CheckExact(k->routes) || !PyDict_CheckExact(k->batches) || !PyDict_CheckExact(k->metrics) ||
-        !PyDict_CheckExact(k->executor_dict) || !PyDict_CheckExact(k->collector_dict)) {
+    k->collector_dict = PyObject_GenericGetDict(collector, NULL);
+    if (k->collector_dict == NULL) goto error;
+    if (!PyDict_CheckExact(k->collector_dict)) {
         PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
         goto error;
     }
-    PyObject *size = PyObject_GetAttr(k->outbox, s_batch_size);
-    if (size == NULL) goto error;
-    k->batch_size = PyLong_AsSsize_t(size);
-    Py_DECREF(size);
-    if (k->batch_size == -1 && PyErr_Occurred()) goto error;
     return (PyObject *)k;
 error:
     Py_DECREF(k);
@@ -901,31 +915,17 @@ static PyObject *spout_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     k->executor = Py_NewRef(executor);
     k->fallback = Py_NewRef(fallback);
     k->default_stream = Py_NewRef(default_stream);
-    k->routes = PyObject_GetAttr(executor, s_routes);
-    k->batches = PyObject_GetAttr(executor, s_batches);
-    k->outbox = PyObject_GetAttr(executor, s_outbox);
-    k->pending = PyObject_GetAttr(executor, s_pending);
-    PyObject *metrics = PyObject_GetAttr(executor, s_metrics);
-    k->metrics = metrics ? PyObject_GenericGetDict(metrics, NULL) : NULL;
-    Py_XDECREF(metrics);
-    k->task_id = PyObject_GetAttr(executor, s_task_id);
-    k->executor_dict = PyObject_GenericGetDict(executor, NULL);
-    k->outbox_dict = k->outbox ? PyObject_GenericGetDict(k->outbox, NULL) : NULL;
-    k->pending_dict = k->pending ? PyObject_GenericGetDict(k->pending, NULL) : NULL;
-    if (!k->routes || !k->batches || !k->outbox || !k->pending || !k->metrics || !k->task_id || !k->executor_dict ||
-        !k->outbox_dict || !k->pending_dict)
+    if (read_emitter(executor, &k->routes, &k->batches, &k->outbox, &k->metrics, &k->task_id, &k->executor_dict,
+                     &k->batch_size) < 0)
         goto error;
-    if (!PyDict_CheckExact(k->routes) || !PyDict_CheckExact(k->batches) || !PyDict_CheckExact(k->metrics) ||
-        !PyDict_CheckExact(k->executor_dict) || !PyDict_CheckExact(k->outbox_dict) ||
-        !PyDict_CheckExact(k->pending_dict)) {
+    k->pending = PyObject_GetAttr(executor, s_pending);
+    k->outbox_dict = PyObject_GenericGetDict(k->outbox, NULL);
+    k->pending_dict = k->pending ? PyObject_GenericGetDict(k->pending, NULL) : NULL;
+    if (!k->pending || !k->outbox_dict || !k->pending_dict) goto error;
+    if (!PyDict_CheckExact(k->outbox_dict) || !PyDict_CheckExact(k->pending_dict)) {
         PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
         goto error;
     }
-    PyObject *size = PyObject_GetAttr(k->outbox, s_batch_size);
-    if (size == NULL) goto error;
-    k->batch_size = PyLong_AsSsize_t(size);
-    Py_DECREF(size);
-    if (k->batch_size == -1 && PyErr_Occurred()) goto error;
     return (PyObject *)k;
 error:
     Py_DECREF(k);
