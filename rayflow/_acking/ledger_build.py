@@ -3,9 +3,10 @@
 
 The C ledger is an optional extension, built on install beside the C kernel (``setup.py``). It
 runs when it imports; the Python one runs when ``RAYFLOW_PURE_PYTHON=1`` is set (the C kernel's
-switch, ``kernel.PURE_PYTHON_ENV``: one switch turns every C part off) or the import fails (not
-built, or built for another interpreter: an ABI mismatch must fall back, not crash). Decided once
-per process, at import, as the kernel is: every acker of a process runs the same ledger.
+switch: one switch turns every C part off) or the import fails (not built, or built for another
+interpreter: an ABI mismatch must fall back, not crash) -- ``kernel.load_extension`` decides, as
+it does for the kernel. Decided once per process, at import: every acker of a process runs the
+same ledger.
 
 ``LEDGER_BUILD`` says which runs, and why, in a line for a user (``rayflow --version``).
 """
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 
-from .._executors.kernel import PURE_PYTHON_ENV
+from .._executors.kernel import load_extension
 from . import ledger
 
 __all__ = ["LEDGER_BUILD", "AckLedger", "load"]
@@ -31,23 +32,19 @@ def _import_kernel() -> ModuleType:
     return importlib.import_module("rayflow._acking._ledger_kernel")
 
 
+def _set_up(kernel: ModuleType) -> LedgerClass:
+    kernel.setup(ledger.Outcome)
+    c_ledger: LedgerClass = kernel.AckLedger
+    return c_ledger
+
+
 def load(
-    environ: dict[str, str] | os._Environ[str] = os.environ,
+    environ: Mapping[str, str] = os.environ,
     import_kernel: Callable[[], ModuleType] = _import_kernel,
 ) -> tuple[LedgerClass, str]:
     """The ledger class to run and a line saying which it is."""
-    if environ.get(PURE_PYTHON_ENV, "") == "1":
-        return ledger.AckLedger, f"pure Python ledger: {PURE_PYTHON_ENV}=1"
-    try:
-        kernel = import_kernel()
-    except ImportError as exc:  # not built, or built against another Python
-        return ledger.AckLedger, f"pure Python ledger: no C ledger ({exc})"
-    try:
-        kernel.setup(ledger.Outcome)
-        c_ledger: LedgerClass = kernel.AckLedger
-    except Exception as exc:  # an older build
-        return ledger.AckLedger, f"pure Python ledger: the C ledger does not fit this rayflow ({exc}); reinstall"
-    return c_ledger, "C ledger"
+    c_ledger, build = load_extension(_set_up, import_kernel, environ, "pure Python ledger", "C ledger")
+    return c_ledger or ledger.AckLedger, build
 
 
 AckLedger, LEDGER_BUILD = load()

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
+from typing import TypeVar
 
 from .._outbox import AckerMail, DataBatch
 from .._router import Route
 from .._tuple import Tuple, TupleSource
 
-__all__ = ["BUILD", "KERNEL", "PURE_PYTHON_ENV", "load"]
+__all__ = ["BUILD", "KERNEL", "PURE_PYTHON_ENV", "load", "load_extension"]
+
+T = TypeVar("T")
 
 PURE_PYTHON_ENV = "RAYFLOW_PURE_PYTHON"
 """Set to ``1``, the C kernel is not loaded even where it is built."""
@@ -35,22 +38,42 @@ def _import_kernel() -> ModuleType:
     return importlib.import_module("rayflow._speedups")
 
 
+def load_extension(
+    set_up: Callable[[ModuleType], T],
+    import_module: Callable[[], ModuleType],
+    environ: Mapping[str, str],
+    pure: str,
+    name: str,
+) -> tuple[T | None, str]:
+    """What ``set_up`` makes of an optional C extension, or ``None`` where its Python runs
+    instead, and a line saying which runs (``pure``: the Python's name, ``name``: the
+    extension's). Every C part of rayflow is loaded this way, so that one switch
+    (``RAYFLOW_PURE_PYTHON=1``) turns them all off and each falls back alike: not built, or
+    built against another Python (``ImportError``: never a crash), or refused by ``set_up``
+    (a build older than the Python it must match)."""
+    if environ.get(PURE_PYTHON_ENV, "") == "1":
+        return None, f"{pure}: {PURE_PYTHON_ENV}=1"
+    try:
+        module = import_module()
+    except ImportError as exc:  # not built, or built against another Python
+        return None, f"{pure}: no {name} ({exc})"
+    try:
+        return set_up(module), name
+    except Exception as exc:  # a slot renamed since the build, or an older build
+        return None, f"{pure}: the {name} does not fit this rayflow ({exc}); reinstall to rebuild it"
+
+
+def _set_up(kernel: ModuleType) -> ModuleType:
+    kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+    return kernel
+
+
 def load(
-    environ: dict[str, str] | os._Environ[str] = os.environ,
+    environ: Mapping[str, str] = os.environ,
     import_kernel: Callable[[], ModuleType] = _import_kernel,
 ) -> tuple[ModuleType | None, str]:
     """The kernel set up to run (``None`` for pure Python) and a line saying which build runs."""
-    if environ.get(PURE_PYTHON_ENV, "") == "1":
-        return None, f"pure Python: {PURE_PYTHON_ENV}=1"
-    try:
-        kernel = import_kernel()
-    except ImportError as exc:  # not built, or built against another Python
-        return None, f"pure Python: no C kernel ({exc})"
-    try:
-        kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
-    except Exception as exc:  # a slot renamed since the build, or an older build
-        return None, f"pure Python: the C kernel does not fit this rayflow ({exc}); reinstall to rebuild it"
-    return kernel, "C kernel"
+    return load_extension(_set_up, import_kernel, environ, "pure Python", "C kernel")
 
 
 KERNEL, BUILD = load()
