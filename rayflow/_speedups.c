@@ -485,6 +485,21 @@ static int xor_into_val(PyObject *tup, uint64_t val) {
     return nv == NULL ? -1 : 0;
 }
 
+/* The route (borrowed) of a regular emit of the list ``values`` on ``stream``, when it is one
+   the fast paths serve: a declared Route, not direct, ``values`` of its arity (a direct
+   stream's emit_arity is -1). 1: served; 0: to the fallback (the Python emit, which raises
+   what is wrong); -1: an error is set. */
+static int fast_route(PyObject *routes, PyObject *stream, PyObject *values, PyObject **route) {
+    *route = PyDict_GetItemWithError(routes, stream);
+    if (*route == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (Py_TYPE(*route) != RouteType) return 0;
+    PyObject *arity_o = SLOT(*route, off_r_emit_arity);
+    if (arity_o == NULL || !PyLong_CheckExact(arity_o)) return 0;
+    Py_ssize_t arity = PyLong_AsSsize_t(arity_o);
+    if (arity == -1 && PyErr_Occurred()) return -1;
+    return arity == PyList_GET_SIZE(values);
+}
+
 static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     EmitKernel *k = (EmitKernel *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -499,18 +514,13 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
         stream = args[1];
     }
     if (!PyList_CheckExact(values)) goto fallback;
-    PyObject *route = PyDict_GetItemWithError(k->routes, stream); /* borrowed */
-    if (route == NULL) {
-        if (PyErr_Occurred()) return NULL;
+    PyObject *route;
+    int fast = fast_route(k->routes, stream, values, &route);
+    if (fast <= 0) {
+        if (fast < 0) return NULL;
         goto fallback;
     }
-    if (Py_TYPE(route) != RouteType) goto fallback;
-    PyObject *arity_o = SLOT(route, off_r_emit_arity);
-    if (arity_o == NULL || !PyLong_CheckExact(arity_o)) goto fallback;
     Py_ssize_t n = PyList_GET_SIZE(values);
-    Py_ssize_t arity = PyLong_AsSsize_t(arity_o);
-    if (arity == -1 && PyErr_Occurred()) return NULL;
-    if (arity != n) goto fallback; /* also a direct stream: arity -1 */
     PyObject *subscribed = SLOT(route, off_r_subscribed);
     if (subscribed == Py_False) { /* nobody reads the stream: nothing to send, no tree to join */
         n_fast++;
@@ -815,18 +825,13 @@ static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf
         }
     }
     if (!PyList_CheckExact(values) || !PyUnicode_CheckExact(stream)) goto fallback;
-    PyObject *route = PyDict_GetItemWithError(k->routes, stream); /* borrowed */
-    if (route == NULL) {
-        if (PyErr_Occurred()) return NULL;
+    PyObject *route;
+    int fast = fast_route(k->routes, stream, values, &route);
+    if (fast <= 0) {
+        if (fast < 0) return NULL;
         goto fallback;
     }
-    if (Py_TYPE(route) != RouteType) goto fallback;
-    PyObject *arity_o = SLOT(route, off_r_emit_arity);
-    if (arity_o == NULL || !PyLong_CheckExact(arity_o)) goto fallback;
     Py_ssize_t n = PyList_GET_SIZE(values);
-    Py_ssize_t arity = PyLong_AsSsize_t(arity_o);
-    if (arity == -1 && PyErr_Occurred()) return NULL;
-    if (arity != n) goto fallback; /* also a direct stream: arity -1 */
     PyObject *subscribed = SLOT(route, off_r_subscribed);
     PyObject *key_o = SLOT(route, off_r_key), *choose = SLOT(route, off_r_choose);
     PyObject *rstream = SLOT(route, off_r_stream), *single = SLOT(route, off_r_single);
