@@ -41,18 +41,6 @@ from benchmarks.revisions import build_kernel, export  # noqa: E402
 RESULT = "RESULT "
 
 
-def schedstat(pid: int) -> dict[int, tuple[int, int]]:
-    """Per thread of ``pid``: nanoseconds on a core and runnable waiting for one, so far."""
-    found: dict[int, tuple[int, int]] = {}
-    for thread in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            run, wait, _ = (int(x) for x in (thread / "schedstat").read_text().split())
-        except (OSError, ValueError):  # the thread ended meanwhile
-            continue
-        found[int(thread.name)] = (run, wait)
-    return found
-
-
 def child(tree: str, runs: int, sentences: int) -> None:
     """Run in a process of its own: the word counts of the rayflow in ``tree``."""
     sys.path.insert(0, tree)
@@ -61,6 +49,7 @@ def child(tree: str, runs: int, sentences: int) -> None:
 
     import rayflow
     from benchmarks.actor_cpu import thread_switches
+    from benchmarks.idle_cores import schedstat
     from benchmarks.wordcount import BenchSpout, words_in
     from examples.wordcount import SplitSentence, WordCount
     from rayflow import Config, LocalCluster, TopologyBuilder
