@@ -69,7 +69,16 @@ class SizeSamples(LatencySamples):
 
 
 class TaskMetrics:
-    """What one task counts. ``snapshot`` is what travels to the driver."""
+    """What one task counts. ``snapshot`` is what travels to the driver.
+
+    Slots, not an instance dict: the counters are bumped once per tuple, from Python and from
+    the C kernel (which writes ``emitted`` through its slot), and a slot is the cheapest place
+    for either to write an attribute."""
+
+    __slots__ = (
+        "component_id", "kind", "emitted", "transferred", "acked", "failed", "executed", "errors",
+        "_last_error", "last_error_at", "latencies", "sizes", "busy_secs", "started", "custom",
+    )  # fmt: skip
 
     COUNTERS = ("emitted", "transferred", "acked", "failed", "executed", "errors")
 

@@ -15,8 +15,9 @@
  *       direct stream, a wrong arity, no input, an input in several trees or acked already,
  *       keyword arguments other than ``stream``, values that are not a list -- is handed whole
  *       to ``fallback`` (BoltExecutor.emit_input, which dispatches to the Python emits), before
- *       any side effect. An observer or the debug log (executor._watched) is served in C by
- *       calling executor._emitted, as the Python emits do.
+ *       any side effect. An observer or the debug log (executor._watched, read when the kernel
+ *       is built: the executor builds it again when an observer comes or goes) is served in C
+ *       by calling executor._emitted, as the Python emits do.
  *   SpoutEmit(executor, fallback, default_stream)
  *       Installed as SpoutOutputCollector.emit by SpoutExecutor._wire_kernel_emit: the fast path
  *       of SpoutExecutor.emit, called as the collector's emit(values, msg_id=None,
@@ -50,7 +51,7 @@
  *       other key and every error, so the messages are its own). Tuple.__getitem__ becomes a
  *       method of the kernel: CPython 3.11 would otherwise keep pushing the Python function's
  *       frame where it specialized tup[key], whatever the slot says.
- *   setup(Tuple, TupleSource, DataBatch, Route, AckerMail, seed)
+ *   setup(Tuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, seed)
  *       Once, at import: finds the __slots__ member descriptors of those classes and keeps
  *       their offsets, so that the kernels read and write slots directly (no getattr), seeds
  *       the edge-id generator from 32 bytes (os.urandom), and installs Tuple's subscript. A
@@ -61,11 +62,12 @@
  * not reseeded on fork).
  *
  * The kernel caches what BoltExecutor never rebinds after Emitter.__init__: routes, _batches,
- * outbox, outbox.batch_size, metrics, task_id (and a spout's pending map). It reads
- * executor._watched and collector.input on every call (both change while a task runs), a
- * spout's exhausted, tracking, root_bits, _acked_at_emit, _cut, outbox.acker_mails (shared when
- * chained) and pending.newest (new at each rotation) too, and counts metrics.emitted, in the
- * instance dicts of the executor, the collector, the outbox, the pending map and the metrics,
+ * outbox, outbox.batch_size, metrics, task_id (and a spout's pending map), and executor._watched
+ * (an executor whose observer comes or goes builds its kernels again). It counts
+ * metrics.emitted through TaskMetrics' slot, and reads collector.input on every call (it
+ * changes while a task runs), a spout's exhausted, tracking, root_bits, _acked_at_emit, _cut,
+ * outbox.acker_mails (shared when chained) and pending.newest (new at each rotation) too, in the
+ * instance dicts of the executor, the collector, the outbox and the pending map,
  * taken once (PyObject_GenericGetDict,
  * which makes CPython 3.11 keep those objects' attributes in a dict from then on): a getattr
  * or setattr call costs several hundred instructions, a dict lookup of an interned name tens.
@@ -81,12 +83,13 @@ _Static_assert(sizeof(unsigned long) == 8, "64-bit unsigned long wanted");
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
-static PyTypeObject *TupleType, *SourceType, *BatchType, *RouteType, *MailType;
+static PyTypeObject *TupleType, *SourceType, *BatchType, *RouteType, *MailType, *MetricsType;
 static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_fields, off_s_index;
 static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed, off_r_key, off_r_known,
     off_r_choose;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
 static Py_ssize_t off_m_acks, off_m_inits;
+static Py_ssize_t off_x_emitted; /* TaskMetrics.emitted */
 static int ready = 0;
 static PyObject *int_zero, *int_one, *int_64, *time_module;
 #define LATENCY_SAMPLE_MASK 7 /* spout.LATENCY_SAMPLE_MASK: a tree is sampled for latency when these bits of its root are 0 */
@@ -212,10 +215,10 @@ static int member_offset(PyTypeObject *type, const char *name, Py_ssize_t *out) 
 }
 
 static PyObject *setup(PyObject *mod, PyObject *args) {
-    PyObject *tt, *st, *bt, *rt, *mt;
+    PyObject *tt, *st, *bt, *rt, *mt, *xt;
     Py_buffer seed;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!y*", &PyType_Type, &tt, &PyType_Type, &st, &PyType_Type, &bt,
-                          &PyType_Type, &rt, &PyType_Type, &mt, &seed))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!y*", &PyType_Type, &tt, &PyType_Type, &st, &PyType_Type, &bt,
+                          &PyType_Type, &rt, &PyType_Type, &mt, &PyType_Type, &xt, &seed))
         return NULL;
     if (seed.len < 32) {
         PyBuffer_Release(&seed);
@@ -229,12 +232,12 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields, &off_s_index,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
                                    &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
-                                   &off_m_acks, &off_m_inits};
+                                   &off_m_acks, &off_m_inits, &off_x_emitted};
     enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
     Py_ssize_t before[N_OFFSETS];
     for (int i = 0; i < N_OFFSETS; i++) before[i] = *offsets[i];
     PyTypeObject *tuple_t = (PyTypeObject *)tt, *source_t = (PyTypeObject *)st, *batch_t = (PyTypeObject *)bt,
-                 *route_t = (PyTypeObject *)rt, *mail_t = (PyTypeObject *)mt;
+                 *route_t = (PyTypeObject *)rt, *mail_t = (PyTypeObject *)mt, *metrics_t = (PyTypeObject *)xt;
     if (member_offset(tuple_t, "values", &off_t_values) || member_offset(tuple_t, "_source", &off_t_source) ||
         member_offset(tuple_t, "_tree", &off_t_tree) || member_offset(tuple_t, "_val", &off_t_val) ||
         member_offset(source_t, "fields", &off_s_fields) || member_offset(source_t, "index", &off_s_index) ||
@@ -244,7 +247,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
         member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
-        member_offset(mail_t, "inits", &off_m_inits)) {
+        member_offset(mail_t, "inits", &off_m_inits) || member_offset(metrics_t, "emitted", &off_x_emitted)) {
         for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
     }
@@ -265,6 +268,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_XSETREF(BatchType, (PyTypeObject *)Py_NewRef(bt));
     Py_XSETREF(RouteType, (PyTypeObject *)Py_NewRef(rt));
     Py_XSETREF(MailType, (PyTypeObject *)Py_NewRef(mt));
+    Py_XSETREF(MetricsType, (PyTypeObject *)Py_NewRef(xt));
     ready = 1;
     Py_RETURN_NONE;
 }
@@ -276,18 +280,24 @@ static inline void slot_set(PyObject *obj, Py_ssize_t off, PyObject *value) { /*
     Py_XDECREF(old);
 }
 
-/* metrics.emitted += 1, in the metrics' instance dict (``metrics`` is that dict) */
+/* metrics.emitted += 1, through the slot (``metrics`` is a TaskMetrics: read_emitter checks) */
 static int count_emitted(PyObject *metrics) {
-    PyObject *n = PyDict_GetItemWithError(metrics, s_emitted); /* borrowed */
+    PyObject *n = SLOT(metrics, off_x_emitted);
     if (n == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_emitted);
+        PyErr_SetObject(PyExc_AttributeError, s_emitted);
         return -1;
     }
-    PyObject *m = PyNumber_Add(n, int_one);
+    PyObject *m;
+    Py_ssize_t v = PyLong_CheckExact(n) ? PyLong_AsSsize_t(n) : -1;
+    if (v >= 0 && v < PY_SSIZE_T_MAX)
+        m = PyLong_FromSsize_t(v + 1);
+    else { /* not a plain int in range (a user's own count): as Python adds */
+        PyErr_Clear();
+        m = PyNumber_Add(n, int_one);
+    }
     if (m == NULL) return -1;
-    int r = PyDict_SetItem(metrics, s_emitted, m);
-    Py_DECREF(m);
-    return r;
+    slot_set(metrics, off_x_emitted, m);
+    return 0;
 }
 
 /* obj.name from the instance dict ``d``, as a new reference (AttributeError if absent) */
@@ -342,8 +352,9 @@ typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
     PyObject *executor, *collector, *fallback, *default_stream;
     PyObject *routes, *batches, *outbox, *metrics, *task_id;
-    PyObject *executor_dict, *collector_dict; /* their instance dicts; metrics is the metrics' dict */
+    PyObject *executor_dict, *collector_dict; /* their instance dicts */
     Py_ssize_t batch_size;
+    int watched; /* executor._watched when built: the executor builds its kernel again when it changes */
 } EmitKernel;
 
 static unsigned long long n_fast, n_fallback, n_inline, n_reused; /* what ran where (counters()) */
@@ -351,11 +362,7 @@ static unsigned long long n_fast, n_fallback, n_inline, n_reused; /* what ran wh
 /* if executor._watched: executor._emitted(stream, values, targets) -- the observer and the
    debug log, as the Python path calls them (after counting, before sending). */
 static int watched_emit(EmitKernel *k, PyObject *stream, PyObject *values, PyObject *targets) {
-    PyObject *w = dict_attr(k->executor_dict, s_watched);
-    if (w == NULL) return -1;
-    int watched = PyObject_IsTrue(w);
-    Py_DECREF(w);
-    if (watched <= 0) return watched;
+    if (!k->watched) return 0;
     PyObject *r = PyObject_CallMethodObjArgs(k->executor, s_emitted_hook, stream, values, targets, NULL);
     if (r == NULL) return -1;
     Py_DECREF(r);
@@ -599,25 +606,32 @@ fallback:
 }
 
 /* What an emit kernel caches of its executor (see the header: never rebound after
-   Emitter.__init__): routes, _batches, outbox, metrics' instance dict, task_id, the executor's
-   instance dict, and outbox.batch_size. New references in the out-parameters, set also when it
-   fails part-way (the caller's dealloc clears them); -1 with an exception set on failure. */
+   Emitter.__init__): routes, _batches, outbox, metrics (a TaskMetrics), task_id, the executor's
+   instance dict, outbox.batch_size, and whether _watched was true. New references in the
+   out-parameters, set also when it fails part-way (the caller's dealloc clears them); -1 with an
+   exception set on failure. */
 static int read_emitter(PyObject *executor, PyObject **routes, PyObject **batches, PyObject **outbox,
-                        PyObject **metrics, PyObject **task_id, PyObject **executor_dict, Py_ssize_t *batch_size) {
+                        PyObject **metrics, PyObject **task_id, PyObject **executor_dict, Py_ssize_t *batch_size,
+                        int *watched) {
     *routes = PyObject_GetAttr(executor, s_routes);
     *batches = PyObject_GetAttr(executor, s_batches);
     *outbox = PyObject_GetAttr(executor, s_outbox);
-    PyObject *m = PyObject_GetAttr(executor, s_metrics);
-    *metrics = m ? PyObject_GenericGetDict(m, NULL) : NULL;
-    Py_XDECREF(m);
+    *metrics = PyObject_GetAttr(executor, s_metrics);
     *task_id = PyObject_GetAttr(executor, s_task_id);
     *executor_dict = PyObject_GenericGetDict(executor, NULL);
     if (!*routes || !*batches || !*outbox || !*metrics || !*task_id || !*executor_dict) return -1;
-    if (!PyDict_CheckExact(*routes) || !PyDict_CheckExact(*batches) || !PyDict_CheckExact(*metrics) ||
-        !PyDict_CheckExact(*executor_dict)) {
+    if (!PyDict_CheckExact(*routes) || !PyDict_CheckExact(*batches) || !PyDict_CheckExact(*executor_dict)) {
         PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
         return -1;
     }
+    if (Py_TYPE(*metrics) != MetricsType) {
+        PyErr_SetString(PyExc_TypeError, "executor.metrics is not the TaskMetrics setup() was given");
+        return -1;
+    }
+    PyObject *w = PyObject_GetAttr(executor, s_watched);
+    *watched = w == NULL ? -1 : PyObject_IsTrue(w);
+    Py_XDECREF(w);
+    if (*watched < 0) return -1;
     PyObject *size = PyObject_GetAttr(*outbox, s_batch_size);
     if (size == NULL) return -1;
     *batch_size = PyLong_AsSsize_t(size);
@@ -643,7 +657,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     k->fallback = Py_NewRef(fallback);
     k->default_stream = Py_NewRef(default_stream);
     if (read_emitter(executor, &k->routes, &k->batches, &k->outbox, &k->metrics, &k->task_id, &k->executor_dict,
-                     &k->batch_size) < 0)
+                     &k->batch_size, &k->watched) < 0)
         goto error;
     k->collector_dict = PyObject_GenericGetDict(collector, NULL);
     if (k->collector_dict == NULL) goto error;
@@ -675,8 +689,9 @@ typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
     PyObject *executor, *fallback, *default_stream;
     PyObject *routes, *batches, *outbox, *metrics, *task_id, *pending;
-    PyObject *executor_dict, *outbox_dict, *pending_dict; /* their instance dicts; metrics is one */
+    PyObject *executor_dict, *outbox_dict, *pending_dict; /* their instance dicts */
     Py_ssize_t batch_size;
+    int watched; /* executor._watched when built: the executor builds its emit again when it changes */
 } SpoutEmit;
 
 static unsigned long long n_spout_fast, n_spout_fallback;
@@ -853,14 +868,7 @@ static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf
     if (exhausted == NULL && PyErr_Occurred()) goto error;
     if (exhausted != Py_False && PyDict_SetItem(k->executor_dict, s_exhausted, Py_False) < 0) goto error;
     if (count_emitted(k->metrics) < 0) goto error;
-    PyObject *watched = PyDict_GetItemWithError(k->executor_dict, s_watched); /* borrowed */
-    if (watched == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_watched);
-        goto error;
-    }
-    int is_watched = PyObject_IsTrue(watched);
-    if (is_watched < 0) goto error;
-    if (is_watched) { /* the observer and the debug log: executor._emitted(stream, values, targets, msg_id) */
+    if (k->watched) { /* the observer and the debug log: executor._emitted(stream, values, targets, msg_id) */
         PyObject *r = PyObject_CallMethodObjArgs(k->executor, s_emitted_hook, stream, values, targets, msg_id, NULL);
         if (r == NULL) goto error;
         Py_DECREF(r);
@@ -921,7 +929,7 @@ static PyObject *spout_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     k->fallback = Py_NewRef(fallback);
     k->default_stream = Py_NewRef(default_stream);
     if (read_emitter(executor, &k->routes, &k->batches, &k->outbox, &k->metrics, &k->task_id, &k->executor_dict,
-                     &k->batch_size) < 0)
+                     &k->batch_size, &k->watched) < 0)
         goto error;
     k->pending = PyObject_GetAttr(executor, s_pending);
     k->outbox_dict = PyObject_GenericGetDict(k->outbox, NULL);

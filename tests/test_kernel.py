@@ -27,6 +27,7 @@ from rayflow._cli import app
 from rayflow._context import TopologyContext
 from rayflow._executors import kernel
 from rayflow._executors.kernel import PURE_PYTHON_ENV, load
+from rayflow._metrics import TaskMetrics
 from rayflow._outbox import AckerMail, DataBatch
 from rayflow._router import Route
 from rayflow._tuple import Tuple as RealTuple
@@ -149,22 +150,22 @@ class TestOnTheKernel:
             __slots__ = ("values", "_source", "_tree")
 
         with pytest.raises(TypeError, match="Tuple._val is not a __slots__ member"):
-            kernel.KERNEL.setup(Tuple, object, object, object, object, os.urandom(32))
+            kernel.KERNEL.setup(Tuple, object, object, object, object, object, os.urandom(32))
         with pytest.raises(ValueError, match="32 bytes"):
-            kernel.KERNEL.setup(Tuple, object, object, object, object, b"short")
+            kernel.KERNEL.setup(Tuple, object, object, object, object, object, b"short")
 
         class NoGetitem:
             __slots__ = ("values", "_source", "_tree", "_val")
 
         with pytest.raises(TypeError, match="NoGetitem.__getitem__ is not a Python function"):
-            kernel.KERNEL.setup(NoGetitem, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+            kernel.KERNEL.setup(NoGetitem, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
         result = word_count(["a b c"] * 10)
         assert sorted(result.acked("sentences")) == list(range(10))
 
     def test_setup_again_with_the_same_classes_keeps_the_python_subscript_as_the_fallback(self) -> None:
         """A second load (a test's) finds the kernel's own ``__getitem__`` installed already."""
         assert kernel.KERNEL is not None
-        kernel.KERNEL.setup(RealTuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+        kernel.KERNEL.setup(RealTuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
         tup = RealTuple(["cow"], TupleSource("split", "default", 1, ["word"]))
         assert (tup["word"], tup[0]) == ("cow", "cow")
         with pytest.raises(KeyError, match="has no field 'n'"):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TypeVar
 
+from .._metrics import TaskMetrics
 from .._outbox import AckerMail, DataBatch
 from .._router import Route
 from .._tuple import Tuple, TupleSource
@@ -64,7 +65,7 @@ def load_extension(
 
 
 def _set_up(kernel: ModuleType) -> ModuleType:
-    kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, os.urandom(32))
+    kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
     return kernel
 
 

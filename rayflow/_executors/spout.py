@@ -90,7 +90,9 @@ class SpoutExecutor(Emitter):
         spent: trees through a stateful bolt complete only at a commit (at-least-once state;
         exactly-once frees the budget as trees complete)."""
         self._asked = False
-        if kernel.KERNEL is not None and type(self).emit is SpoutExecutor.emit:
+        self._kernel_emit = kernel.KERNEL is not None and type(self).emit is SpoutExecutor.emit
+        """Is the collector's ``emit`` the C kernel's (``_wire_kernel_emit``)?"""
+        if self._kernel_emit and kernel.KERNEL is not None:
             self._wire_kernel_emit(kernel.KERNEL)
 
     def _wire_kernel_emit(self, kernel_module: ModuleType) -> None:
@@ -104,6 +106,11 @@ class SpoutExecutor(Emitter):
         collector.emit = kernel_module.SpoutEmit(  # type: ignore[method-assign]
             self, MethodType(SpoutOutputCollector.emit, collector), DEFAULT_STREAM
         )
+
+    def _watch_changed(self) -> None:
+        """The C emit knows whether anyone watches from when it was built: build it again."""
+        if self._kernel_emit and kernel.KERNEL is not None:
+            self._wire_kernel_emit(kernel.KERNEL)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> bool:
