@@ -3,7 +3,8 @@ rate, so that a change can be judged on a noisy machine by CPU rather than wall 
 also prints how often each actor's busiest thread (its event loop) woke up per second.
 
     python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N] [--no-chaining]
-        [--pyspy DIR]   # also py-spy record every task actor during the full-rate run
+        [--pyspy DIR [--native]]   # also py-spy record every task actor during the full-rate run
+                                   # (--native: with C frames, the kernel's and CPython's)
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def busiest_wakes(before: dict[int, tuple[float, int]], after: dict[int, tuple[f
     return (after[busiest][1] - before.get(busiest, (0.0, 0))[1]) / secs
 
 
-def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, pyspy: str | None) -> dict[str, Any]:
+def run(
+    cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, pyspy: str | None, native: bool = False
+) -> dict[str, Any]:
     builder = TopologyBuilder()
     builder.set_spout("sentences", BenchSpout(sentences, rate))
     builder.set_bolt("split", SplitSentence(), parallelism=tasks).shuffle_grouping("sentences")
@@ -78,7 +81,8 @@ def run(cluster: LocalCluster, sentences: int, rate: float | None, tasks: int, p
             out = f"{pyspy}/{names[t]}-{t}.txt"
             spies.append(
                 subprocess.Popen(
-                    ["py-spy", "record", "--pid", str(p.pid), "--format", "raw", "-o", out, "--rate", "100"],
+                    ["py-spy", "record", "--pid", str(p.pid), "--format", "raw", "-o", out, "--rate", "100"]
+                    + (["--native"] if native else []),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
@@ -134,6 +138,7 @@ def main() -> int:
     parser.add_argument("--secs", type=float, default=8.0)
     parser.add_argument("--tasks", type=int, default=1)
     parser.add_argument("--pyspy", metavar="DIR")
+    parser.add_argument("--native", action="store_true", help="py-spy records C frames too")
     parser.add_argument("--skip-full", action="store_true")
     parser.add_argument("--linger-ms", type=float)
     parser.add_argument("--control-linger-ms", type=float)
@@ -147,11 +152,11 @@ def main() -> int:
         TUNING["chaining"] = False
     with LocalCluster() as cluster:
         if not args.skip_full:
-            r = run(cluster, args.sentences, None, args.tasks, args.pyspy)
+            r = run(cluster, args.sentences, None, args.tasks, args.pyspy, args.native)
             report("full:", r)
         if args.rate:
             n = int(args.rate * args.secs)
-            r = run(cluster, n, args.rate, args.tasks, args.pyspy if args.skip_full else None)
+            r = run(cluster, n, args.rate, args.tasks, args.pyspy if args.skip_full else None, args.native)
             report(f"rate {args.rate:.0f} sent/s ({args.rate * WORDS_PER_CYCLE / len(SENTENCES):.0f} words/s):", r)
     return 0
 
