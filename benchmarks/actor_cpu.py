@@ -3,6 +3,7 @@ rate, so that a change can be judged on a noisy machine by CPU rather than wall 
 also prints how often each actor's busiest thread (its event loop) woke up per second.
 
     python benchmarks/actor_cpu.py [--sentences N] [--rate SENTENCES_PER_S --secs S] [--tasks N] [--no-chaining]
+        [--pinning]   # rayflow.worker.cpu.pinning on
         [--pyspy DIR [--native]]   # also py-spy record every task actor during the full-rate run
                                    # (--native: with C frames, the kernel's and CPython's)
 """
@@ -143,6 +144,7 @@ def main() -> int:
     parser.add_argument("--linger-ms", type=float)
     parser.add_argument("--control-linger-ms", type=float)
     parser.add_argument("--no-chaining", action="store_true", help="rayflow.chaining off")
+    parser.add_argument("--pinning", action="store_true", help="rayflow.worker.cpu.pinning on")
     args = parser.parse_args()
     if args.linger_ms:
         TUNING["linger_ms"] = args.linger_ms
@@ -150,6 +152,8 @@ def main() -> int:
         TUNING["control_linger_ms"] = args.control_linger_ms
     if args.no_chaining:
         TUNING["chaining"] = False
+    if args.pinning:
+        TUNING["cpu_pinning"] = True
     with LocalCluster() as cluster:
         if not args.skip_full:
             r = run(cluster, args.sentences, None, args.tasks, args.pyspy, args.native)

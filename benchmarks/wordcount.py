@@ -8,8 +8,9 @@ Every configuration splits and counts the same 5 sentences (those of examples/wo
 whose bolts rayflow runs here). rayflow runs spout -> split (shuffle) -> count (fields on word),
 1 acker when acking: with 1, 2 and 4 tasks per bolt (the sweep; one spout task, so only 1 x 1
 chains the split to the spout: ``rayflow/_chaining.py``), with as many spout tasks as bolt
-tasks (2 and 4: every split chained to its spout), and, 1 x 1, with ``ackers=0`` and with
-chaining off.
+tasks (2 and 4: every split chained to its spout), and, 1 x 1, with ``ackers=0``, with
+chaining off, and with each task actor pinned to a core of its own
+(``rayflow.worker.cpu.pinning``, off by default).
 bytewax runs the same split and count (``flat_map`` then a keyed ``stateful_map``) without any
 acking, on one worker in this process and on a cluster of 2 worker processes
 (``--bytewax-workers``). All of them run ``--rounds`` times, interleaved, and each is reported
@@ -330,16 +331,16 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     sweep = sorted({1, *args.tasks})
-    rayflow_keys = [f"{n}x{n}" for n in sweep] + [f"chained{n}" for n in sweep[1:]] + ["unchained", "ackers0"]
+    rayflow_keys = [f"{n}x{n}" for n in sweep] + [f"chained{n}" for n in sweep[1:]] + ["pinned", "unchained", "ackers0"]
     bytewax_keys = [f"bytewax{w}" for w in args.bytewax_workers]
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in rayflow_keys + bytewax_keys}
     with LocalCluster() as cluster:
         # Rounds interleave the configurations, so that a slow spell of a shared machine weighs
         # on all of them alike; each is reported by its median run. The order turns round every
-        # round (bytewax 2, ackers=0, bytewax 1, 1 x 1, 2 x 2, 4 x 4, then back): 1 x 1 always
-        # runs next to bytewax 1 and to 2 x 2, and a machine slowing down through a round
-        # favours none.
-        order = [*bytewax_keys[1:], "ackers0", *bytewax_keys[:1], *rayflow_keys[:-2], "unchained"]
+        # round (bytewax 2, ackers=0, pinned, bytewax 1, 1 x 1, 2 x 2, 4 x 4, then back): 1 x 1
+        # always runs next to bytewax 1 and to 2 x 2, and a machine slowing down through a
+        # round favours none.
+        order = [*bytewax_keys[1:], "ackers0", "pinned", *bytewax_keys[:1], *rayflow_keys[:-3], "unchained"]
         for round_ in range(args.rounds):
             for key in order if round_ % 2 == 0 else reversed(order):
                 if key.startswith("bytewax"):
@@ -351,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
                 elif key.startswith("chained"):
                     n = int(key[len("chained") :])
                     run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=tuning, tasks=n, spouts=n)
+                elif key == "pinned":
+                    pinned = {**tuning, "cpu_pinning": True}
+                    run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=pinned)
                 elif key == "unchained":
                     unchained = {**tuning, "chaining": False}
                     run = run_rayflow(cluster, args.sentences, 1, max_pending=pending, tuning=unchained)
@@ -363,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         results["reliable"] = results["tasks"]["1"]
         results["unreliable"] = _median(runs["ackers0"])
         results["unchained"] = _median(runs["unchained"])
+        results["pinned"] = _median(runs["pinned"])
         results["per_call"] = run_per_call(args.per_call_sentences)
         half_rate = results["reliable"]["words_per_s"] / WORDS_PER_CYCLE * len(SENTENCES) / 2
         results["half_rate"] = run_rayflow(
@@ -384,12 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     paired: dict[str, dict[str, Any]] = {
         "reliable_vs_unreliable": paired_ratio(runs["1x1"], runs["ackers0"]),
         "chained_vs_unchained": paired_ratio(runs["1x1"], runs["unchained"]),
+        "pinned_vs_unpinned": paired_ratio(runs["pinned"], runs["1x1"]),
     }
     for key in bytewax_keys:
         if runs[key]:
             workers = key[len("bytewax") :]
             suffix = "" if workers == "1" else f"_{workers}w"
             paired[f"reliable_vs_bytewax{suffix}"] = paired_ratio(runs["1x1"], runs[key])
+            paired[f"pinned_vs_bytewax{suffix}"] = paired_ratio(runs["pinned"], runs[key])
             for n in sweep[1:]:
                 paired[f"{n}x{n}_vs_bytewax{suffix}"] = paired_ratio(runs[f"{n}x{n}"], runs[key])
     for n in sweep[1:]:
@@ -404,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {
         **{f"{n}x{n}": f"acking, {n} split x {n} count" for n in sweep},
         **{f"chained{n}": f"acking, {n} spouts, {n} x {n} chained" for n in sweep[1:]},
+        "pinned": "acking, 1 x 1, pinned",
         "unchained": "acking, 1 x 1, not chained",
         "ackers0": "rayflow, ackers=0 (1 x 1)",
         **{f"bytewax{w}": f"bytewax 0.21, {w} worker{'s' if w > 1 else ''}" for w in args.bytewax_workers},

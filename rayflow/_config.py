@@ -118,6 +118,11 @@ class Config(BaseModel):
     backlog a stuck task may build before its producers stop."""
     task_cpus: float = Field(0.01, ge=0, alias="rayflow.task.cpus")
     """Ray CPU resource reserved per task actor: fractional so small machines place topologies."""
+    cpu_pinning: bool = Field(False, alias="rayflow.worker.cpu.pinning")
+    """Pin each task actor's process to a core of its own on its node (Linux; ackers stay
+    free): the busy processes of a pipeline then never share a core (``_runtime/cpu_pinning.py``
+    says why they would). For a node the topology has to itself: pinned topologies that share
+    a node share its first cores."""
     max_frame_bytes: int = Field(DEFAULT_MAX_FRAME_BYTES, ge=1024, alias="rayflow.stream.max.frame.bytes")
     """The largest frame (one batch of tuples, pickled) a task accepts on a stream; a longer one
     closes the stream, and a sender drops a frame over it (its trees time out and replay)."""

@@ -131,7 +131,8 @@ class TopologyHandle:
 
         Where it runs and what it holds: ``node_ip`` (the address it listens on, its node's),
         ``resources`` (what it takes from its node, in Ray's names: ``{"CPU": 0.01, "GPU": 1}``),
-        ``gpu_ids`` (``ray.get_gpu_ids()`` in its process), and ``state``: ``running``,
+        ``gpu_ids`` (``ray.get_gpu_ids()`` in its process), ``core`` (the core its process is
+        pinned to, ``rayflow.worker.cpu.pinning``; else ``None``), and ``state``: ``running``,
         ``not answering``, ``starting`` or ``restarting`` (its actor is being started),
         ``waiting for resources`` (being started, and Ray reports it cannot place it for want
         of them: taken by others, or a node an autoscaler is adding) or ``given up``.
@@ -160,6 +161,7 @@ class TopologyHandle:
                 "node_ip": address[0] if (address := supervisor.addresses.get(host)) else None,
                 "resources": supervisor.placement.request(host) if supervisor.placement else {},
                 "gpu_ids": snap.get("gpu_ids", []),
+                "core": snap.get("core"),
                 "state": states[host],
                 "host": host,
             }

@@ -43,9 +43,11 @@ import ray
 from .._config import Config
 from .._context import TopologyContext
 from .._executors import Executor, make_executor
+from .._graph import ACKER_COMPONENT
 from .._outbox import Outbox
 from .._topology import Topology
 from .chain_link import ChainLink, ChainOutboxes
+from .cpu_pinning import core_for, pin_process
 from .stream_keys import TaskKeys
 from .streams import CONTROL, Address, Listener, ListenError, data_credit_group
 from .task_logs import LogBatch, install
@@ -101,6 +103,8 @@ class TaskActor:
         """The last flush sent data only, leaving the acker traffic for after the chained tasks'
         batch (``_flush_now``): the next one sends everything."""
         self._control_linger = 0.0
+        self._core: int | None = None
+        """The core this process is pinned to (``rayflow.worker.cpu.pinning``), if any."""
         self._node_id = ray.get_runtime_context().get_node_id()
         self._gpu_ids = list(ray.get_gpu_ids())
         """The GPUs Ray gave this actor (its component's ``num_gpus``), for ``task_metrics``."""
@@ -174,6 +178,8 @@ class TaskActor:
         else:
             self._outbox = executor.outbox
         self._running = True
+        if conf.cpu_pinning:
+            self._core = self._pin(task_nodes)
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
         self._control_linger = executor.conf.control_linger_ms / 1000.0
@@ -185,6 +191,17 @@ class TaskActor:
         if executor.is_source:
             self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
         self._start(self._execute_inbox())
+
+    def _pin(self, task_nodes: dict[int, str]) -> int | None:
+        """Pin this process to its core (``cpu_pinning.py``); the core, or ``None``."""
+        hosts = {task: node for task, node in task_nodes.items() if task not in self._guests}
+        ackers = {task for task, component in self._layout.items() if component == ACKER_COMPONENT}
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        core = core_for(self._task_id, hosts, ackers, cores)
+        if core is None or not pin_process(core):
+            return None
+        logger.info("task %d: pinned to core %d (rayflow.worker.cpu.pinning)", self._task_id, core)
+        return core
 
     def _start(self, coro: Any) -> None:
         self._loops.append(asyncio.get_running_loop().create_task(coro))
@@ -321,6 +338,7 @@ class TaskActor:
             snap.update(calls_in=0, calls_out=0)
         snap.update(pid=os.getpid(), node_id=self._node_id)
         snap["gpu_ids"] = self._gpu_ids
+        snap["core"] = self._core
         return snap
 
     async def finished(self) -> bool:
