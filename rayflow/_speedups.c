@@ -11,7 +11,7 @@
  *   EmitKernel(executor, collector, fallback, default_stream)
  *       Installed as BasicOutputCollector.emit after BoltExecutor.wire_input_emits: the fast
  *       path of the emit input_emit.py builds per stream, in C, for every regular stream
- *       (looked up in executor.routes per call). Anything off the fast path -- an undeclared or
+ *       (its route found in executor.routes, the last one kept). Anything off the fast path -- an undeclared or
  *       direct stream, a wrong arity, no input, an input in several trees or acked already,
  *       keyword arguments other than ``stream``, values that are not a list -- is handed whole
  *       to ``fallback`` (BoltExecutor.emit_input, which dispatches to the Python emits), before
@@ -63,7 +63,10 @@
  *
  * The kernel caches what BoltExecutor never rebinds after Emitter.__init__: routes, _batches,
  * outbox, outbox.batch_size, metrics, task_id (and a spout's pending map), and executor._watched
- * (an executor whose observer comes or goes builds its kernels again). It counts
+ * (an executor whose observer comes or goes builds its kernels again). Each kernel also keeps the
+ * last route it found in routes (by stream object) and the last batch in _batches (by task
+ * object): neither dict is mutated after Emitter.__init__ (the Python emits bind the same routes
+ * and batches when they are built), so a key object seen last needs no lookup. It counts
  * metrics.emitted through TaskMetrics' slot, and reads collector.input on every call (it
  * changes while a task runs), a spout's exhausted, tracking, root_bits, _acked_at_emit, _cut,
  * outbox.acker_mails (shared when chained) and pending.newest (new at each rotation) too, in the
@@ -310,6 +313,23 @@ static PyObject *dict_attr(PyObject *d, PyObject *name) {
     return Py_NewRef(v);
 }
 
+/* The last (key object -> value) a kernel looked up in a dict it caches (routes by stream, _batches
+   by task), both held: a call with the same key object (a str or int the caller passes again, the
+   route's own stream name, a route's task id) reuses the value without a dict lookup. Sound
+   because those dicts are complete when the kernel is built and never mutated after (the Python
+   emits bind the same routes and batches when wired: see the header); a key object not seen last
+   is looked up, and becomes the last. */
+typedef struct {
+    PyObject *key, *value;
+} LastHit;
+
+static inline void last_hit_set(LastHit *h, PyObject *key, PyObject *value) {
+    Py_INCREF(key);
+    Py_INCREF(value);
+    Py_XSETREF(h->key, key);
+    Py_XSETREF(h->value, value);
+}
+
 /* acks = mails[root % len(mails)].acks; acks[root] = acks.get(root, 0) ^ val */
 static int fold_ack(PyObject *mails, uint64_t root, uint64_t val) {
     Py_ssize_t n = PyList_GET_SIZE(mails);
@@ -353,6 +373,7 @@ typedef struct {
     PyObject *executor, *collector, *fallback, *default_stream;
     PyObject *routes, *batches, *outbox, *metrics, *task_id;
     PyObject *executor_dict, *collector_dict; /* their instance dicts */
+    LastHit last_route, last_batch; /* routes[stream], _batches[task]: the last looked up */
     Py_ssize_t batch_size;
     int watched; /* executor._watched when built: the executor builds its kernel again when it changes */
 } EmitKernel;
@@ -370,7 +391,8 @@ static int watched_emit(EmitKernel *k, PyObject *stream, PyObject *values, PyObj
 }
 
 /* the object references a EmitKernel holds: what the collector visits and clears */
-#define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(collector_dict)
+#define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(collector_dict) \
+    X(last_route.key) X(last_route.value) X(last_batch.key) X(last_batch.value)
 
 static int kernel_traverse(EmitKernel *k, visitproc visit, void *arg) {
 #define VISIT_REF(m) Py_VISIT(k->m);
@@ -433,18 +455,22 @@ static PyObject *route_targets(PyObject *route, Py_ssize_t key, PyObject *choose
    switching the batch to ``rstream`` first where it holds another stream, as one more edge of
    the tree ``root`` (``root_o``: a fresh edge id per task, XORed into *val) or untracked (0, 0),
    and sends each batch that reaches ``batch_size``. On an error *val holds the edges added. */
-static int add_to_batches(PyObject *tasks, PyObject *batches, PyObject *outbox, Py_ssize_t batch_size,
+static int add_to_batches(PyObject *tasks, PyObject *batches, LastHit *last, PyObject *outbox, Py_ssize_t batch_size,
                           PyObject *rstream, PyObject *item, PyObject *root_o, uint64_t *val) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tasks); i++) {
         PyObject *task = PyList_GET_ITEM(tasks, i);
-        PyObject *batch = PyDict_GetItemWithError(batches, task); /* borrowed */
-        if (batch == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, task);
-            return -1;
-        }
-        if (Py_TYPE(batch) != BatchType) {
-            PyErr_SetString(PyExc_TypeError, "a batch of an unexpected type");
-            return -1;
+        PyObject *batch = last->value; /* borrowed: ``last`` or the dict holds it */
+        if (task != last->key) {
+            batch = PyDict_GetItemWithError(batches, task);
+            if (batch == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, task);
+                return -1;
+            }
+            if (Py_TYPE(batch) != BatchType) {
+                PyErr_SetString(PyExc_TypeError, "a batch of an unexpected type");
+                return -1;
+            }
+            last_hit_set(last, task, batch);
         }
         if (SLOT(batch, off_b_stream) != rstream) {
             PyObject *r = PyObject_CallMethodOneArg(batch, s_switch, rstream);
@@ -494,12 +520,18 @@ static int xor_into_val(PyObject *tup, uint64_t val) {
 
 /* The route (borrowed) of a regular emit of the list ``values`` on ``stream``, when it is one
    the fast paths serve: a declared Route, not direct, ``values`` of its arity (a direct
-   stream's emit_arity is -1). 1: served; 0: to the fallback (the Python emit, which raises
-   what is wrong); -1: an error is set. */
-static int fast_route(PyObject *routes, PyObject *stream, PyObject *values, PyObject **route) {
-    *route = PyDict_GetItemWithError(routes, stream);
-    if (*route == NULL) return PyErr_Occurred() ? -1 : 0;
-    if (Py_TYPE(*route) != RouteType) return 0;
+   stream's emit_arity is -1), through the kernel's last route when ``stream`` is its stream
+   object. 1: served; 0: to the fallback (the Python emit, which raises what is wrong); -1: an
+   error is set. The route is borrowed from the dict or from ``last``, which holds it. */
+static int fast_route(PyObject *routes, LastHit *last, PyObject *stream, PyObject *values, PyObject **route) {
+    if (stream == last->key) {
+        *route = last->value;
+    } else {
+        *route = PyDict_GetItemWithError(routes, stream);
+        if (*route == NULL) return PyErr_Occurred() ? -1 : 0;
+        if (Py_TYPE(*route) != RouteType) return 0;
+        last_hit_set(last, stream, *route);
+    }
     PyObject *arity_o = SLOT(*route, off_r_emit_arity);
     if (arity_o == NULL || !PyLong_CheckExact(arity_o)) return 0;
     Py_ssize_t arity = PyLong_AsSsize_t(arity_o);
@@ -522,7 +554,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
     }
     if (!PyList_CheckExact(values)) goto fallback;
     PyObject *route;
-    int fast = fast_route(k->routes, stream, values, &route);
+    int fast = fast_route(k->routes, &k->last_route, stream, values, &route);
     if (fast <= 0) {
         if (fast < 0) return NULL;
         goto fallback;
@@ -581,7 +613,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
         goto error;
     }
     uint64_t val = 0;
-    int r = add_to_batches(result, k->batches, k->outbox, k->batch_size, rstream, item, root ? root_o : NULL, &val);
+    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root ? root_o : NULL, &val);
     Py_DECREF(item);
     if (root && xor_into_val(tup, val) < 0) r = -1; /* even if a send raised, as the Python leaves it */
     if (r) goto error;
@@ -690,6 +722,7 @@ typedef struct {
     PyObject *executor, *fallback, *default_stream;
     PyObject *routes, *batches, *outbox, *metrics, *task_id, *pending;
     PyObject *executor_dict, *outbox_dict, *pending_dict; /* their instance dicts */
+    LastHit last_route, last_batch; /* routes[stream], _batches[task]: the last looked up */
     Py_ssize_t batch_size;
     int watched; /* executor._watched when built: the executor builds its emit again when it changes */
 } SpoutEmit;
@@ -697,7 +730,8 @@ typedef struct {
 static unsigned long long n_spout_fast, n_spout_fallback;
 
 /* the object references a SpoutEmit holds: what the collector visits and clears */
-#define SPOUT_EMIT_REFS(X) X(executor) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(pending) X(executor_dict) X(outbox_dict) X(pending_dict)
+#define SPOUT_EMIT_REFS(X) X(executor) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(pending) X(executor_dict) X(outbox_dict) X(pending_dict) \
+    X(last_route.key) X(last_route.value) X(last_batch.key) X(last_batch.value)
 
 static int spout_traverse(SpoutEmit *k, visitproc visit, void *arg) {
 #define VISIT_REF(m) Py_VISIT(k->m);
@@ -841,7 +875,7 @@ static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf
     }
     if (!PyList_CheckExact(values) || !PyUnicode_CheckExact(stream)) goto fallback;
     PyObject *route;
-    int fast = fast_route(k->routes, stream, values, &route);
+    int fast = fast_route(k->routes, &k->last_route, stream, values, &route);
     if (fast <= 0) {
         if (fast < 0) return NULL;
         goto fallback;
@@ -897,7 +931,7 @@ static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf
     uint64_t val = 0;
     PyObject *item = single == Py_True ? PyList_GET_ITEM(values, 0) : values;
     Py_INCREF(item);
-    int r = add_to_batches(result, k->batches, k->outbox, k->batch_size, rstream, item, root_o, &val);
+    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root_o, &val);
     Py_DECREF(item);
     if (r < 0) goto error;
     if (root_o != NULL && start_tree(k, root_o, root, val, msg_id) < 0) goto error;
