@@ -234,7 +234,13 @@ class BasicOutputCollector:
     The bolt executor replaces ``emit`` on its collector by an emit built for the component's
     default (or only) stream, with the same signature and behaviour
     (``BoltExecutor.wire_input_emits``): it saves a Python call per emitted tuple, and the
-    stream's route is bound in it."""
+    stream's route is bound in it.
+
+    ``input`` is a slot, read on every emit and written per input: the C kernel reads and writes
+    it at its offset (a dict lookup otherwise). The instance keeps a ``__dict__`` for the
+    ``emit`` the executor binds on it."""
+
+    __slots__ = ("_task", "input", "__dict__")
 
     def __init__(self, task: BoltTask) -> None:
         self._task = task

@@ -68,10 +68,11 @@
  * object): neither dict is mutated after Emitter.__init__ (the Python emits bind the same routes
  * and batches when they are built), so a key object seen last needs no lookup. It counts
  * metrics.emitted through TaskMetrics' slot, and reads collector.input on every call (it
- * changes while a task runs), a spout's exhausted, tracking, root_bits, _acked_at_emit, _cut,
- * outbox.acker_mails (shared when chained) and pending.newest (new at each rotation) too, in the
- * instance dicts of the executor, the collector, the outbox and the pending map,
- * taken once (PyObject_GenericGetDict,
+ * changes while a task runs) through BasicOutputCollector's slot (found when the kernel is
+ * built; a collector of a class without it, in its instance dict). It reads a spout's exhausted,
+ * tracking, root_bits, _acked_at_emit, _cut, outbox.acker_mails (shared when chained) and
+ * pending.newest (new at each rotation) on every call too, in the instance dicts of the
+ * executor, the outbox and the pending map, taken once (PyObject_GenericGetDict,
  * which makes CPython 3.11 keep those objects' attributes in a dict from then on): a getattr
  * or setattr call costs several hundred instructions, a dict lookup of an interned name tens.
  * PyMemberDescrObject and instance dicts are outside the limited API: no abi3 build. */
@@ -313,6 +314,63 @@ static PyObject *dict_attr(PyObject *d, PyObject *name) {
     return Py_NewRef(v);
 }
 
+/* Where a collector keeps ``input`` (the Tuple being executed): a __slots__ member of its class
+   (BasicOutputCollector's), read and written at ``offset``, or else its instance ``dict`` (a
+   collector of another class). */
+typedef struct {
+    Py_ssize_t offset; /* > 0: the member's offset */
+    PyObject *dict;    /* otherwise the instance dict, held */
+} InputRef;
+
+/* Finds where ``collector`` keeps input: the member its class's ``input`` names, if that is a
+   writable object member of a class ``collector`` is an instance of, else the instance dict. */
+static int input_ref(PyObject *collector, InputRef *in) {
+    in->offset = 0;
+    in->dict = NULL;
+    PyObject *descr = _PyType_Lookup(Py_TYPE(collector), s_input); /* borrowed */
+    if (descr != NULL && Py_TYPE(descr) == &PyMemberDescr_Type &&
+        PyObject_TypeCheck(collector, PyDescr_TYPE(descr))) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0) {
+            in->offset = m->offset;
+            return 0;
+        }
+    }
+    in->dict = PyObject_GenericGetDict(collector, NULL);
+    if (in->dict == NULL) return -1;
+    if (!PyDict_CheckExact(in->dict)) {
+        PyErr_SetString(PyExc_TypeError, "the collector's instance dict must be a dict");
+        return -1;
+    }
+    return 0;
+}
+
+/* collector.input, borrowed; NULL if unset (with an error set only if a lookup failed) */
+static inline PyObject *input_peek(PyObject *collector, const InputRef *in) {
+    return in->offset ? SLOT(collector, in->offset) : PyDict_GetItemWithError(in->dict, s_input);
+}
+
+/* collector.input, a new reference (AttributeError if unset) */
+static PyObject *input_get(PyObject *collector, const InputRef *in) {
+    PyObject *v = input_peek(collector, in);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, s_input);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+/* collector.input = v (not stolen) */
+static inline int input_set(PyObject *collector, const InputRef *in, PyObject *v) {
+    if (in->offset) {
+        PyObject *old = SLOT(collector, in->offset);
+        SLOT(collector, in->offset) = Py_NewRef(v);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyDict_SetItem(in->dict, s_input, v);
+}
+
 /* The last (key object -> value) a kernel looked up in a dict it caches (routes by stream, _batches
    by task), both held: a call with the same key object (a str or int the caller passes again, the
    route's own stream name, a route's task id) reuses the value without a dict lookup. Sound
@@ -372,7 +430,8 @@ typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
     PyObject *executor, *collector, *fallback, *default_stream;
     PyObject *routes, *batches, *outbox, *metrics, *task_id;
-    PyObject *executor_dict, *collector_dict; /* their instance dicts */
+    PyObject *executor_dict; /* its instance dict */
+    InputRef input; /* where the collector keeps input */
     LastHit last_route, last_batch; /* routes[stream], _batches[task]: the last looked up */
     Py_ssize_t batch_size;
     int watched; /* executor._watched when built: the executor builds its kernel again when it changes */
@@ -391,7 +450,7 @@ static int watched_emit(EmitKernel *k, PyObject *stream, PyObject *values, PyObj
 }
 
 /* the object references a EmitKernel holds: what the collector visits and clears */
-#define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(collector_dict) \
+#define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(input.dict) \
     X(last_route.key) X(last_route.value) X(last_batch.key) X(last_batch.value)
 
 static int kernel_traverse(EmitKernel *k, visitproc visit, void *arg) {
@@ -572,7 +631,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
         return result;
     }
     if (subscribed != Py_True) goto fallback;
-    tup = dict_attr(k->collector_dict, s_input);
+    tup = input_get(k->collector, &k->input);
     if (tup == NULL) return NULL;
     if (Py_TYPE(tup) != TupleType) goto fallback; /* None, or a subclass: the general path */
     PyObject *tree_o = SLOT(tup, off_t_tree); /* borrowed: root_o owns a reference from here */
@@ -691,12 +750,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     if (read_emitter(executor, &k->routes, &k->batches, &k->outbox, &k->metrics, &k->task_id, &k->executor_dict,
                      &k->batch_size, &k->watched) < 0)
         goto error;
-    k->collector_dict = PyObject_GenericGetDict(collector, NULL);
-    if (k->collector_dict == NULL) goto error;
-    if (!PyDict_CheckExact(k->collector_dict)) {
-        PyErr_SetString(PyExc_TypeError, "routes, _batches and the instance dicts must be dicts");
-        goto error;
-    }
+    if (input_ref(collector, &k->input) < 0) goto error;
     return (PyObject *)k;
 error:
     Py_DECREF(k);
@@ -1017,8 +1071,11 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     Py_ssize_t failed = 0;
     uint64_t last_root = 0, last_val = 0;
     n_inline++;
-    PyObject *cdict = PyObject_GenericGetDict(collector, NULL); /* collector.input lives there */
-    if (cdict == NULL) return NULL;
+    InputRef in; /* where collector.input lives */
+    if (input_ref(collector, &in) < 0) {
+        Py_XDECREF(in.dict);
+        return NULL;
+    }
     PyObject *tup = NULL, *root_o = NULL, *val_o = NULL, *values = NULL;
     PyObject *spare = NULL; /* the last input's Tuple, which nothing but collector.input held: reused */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(column); i++) {
@@ -1074,7 +1131,7 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             Py_CLEAR(values);
             if (tup == NULL) goto error;
         }
-        if (PyDict_SetItem(cdict, s_input, tup) < 0) goto error;
+        if (input_set(collector, &in, tup) < 0) goto error;
         PyObject *call_args[2] = {tup, collector};
         PyObject *r = PyObject_Vectorcall(execute, call_args, 2, NULL);
         if (r == NULL) {
@@ -1115,7 +1172,7 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         }
         /* Held by us and collector.input only (a Tuple takes no weak reference): the next input's */
         if (spare == NULL && Py_REFCNT(tup) == 2 && Py_TYPE(tup) == TupleType &&
-            PyDict_GetItemWithError(cdict, s_input) == tup) {
+            input_peek(collector, &in) == tup) {
             spare = tup;
             tup = NULL;
         } else {
@@ -1126,11 +1183,11 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     }
     Py_CLEAR(spare);
     if (last_root && fold_ack(mails, last_root, last_val) < 0) goto error;
-    if (PyDict_SetItem(cdict, s_input, Py_None) < 0) goto error;
-    Py_DECREF(cdict);
+    if (input_set(collector, &in, Py_None) < 0) goto error;
+    Py_XDECREF(in.dict);
     return PyLong_FromSsize_t(failed);
 error:
-    Py_DECREF(cdict);
+    Py_XDECREF(in.dict);
     Py_XDECREF(spare);
     Py_XDECREF(tup);
     Py_XDECREF(root_o);

@@ -25,7 +25,7 @@ from rayflow import BasicBolt, BasicOutputCollector, Spout, TopologyBuilder
 from rayflow._acking.ledger_build import LEDGER_BUILD
 from rayflow._cli import app
 from rayflow._context import TopologyContext
-from rayflow._executors import kernel
+from rayflow._executors import basic_bolt, kernel
 from rayflow._executors.kernel import PURE_PYTHON_ENV, load
 from rayflow._metrics import TaskMetrics
 from rayflow._outbox import AckerMail, DataBatch
@@ -128,6 +128,60 @@ class TestOnTheKernel:
         assert after["getitem_fast"] - before["getitem_fast"] == 200 + 6 * 200  # tup[0]: a sentence, a word
         assert after["getitem_fallback"] == before["getitem_fallback"]
         assert after["run_inline"] > before["run_inline"]
+
+    def test_a_collector_that_keeps_input_in_its_dict_takes_the_c_paths_too(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The kernels read and write ``input`` through ``BasicOutputCollector``'s slot; a
+        collector of a class without it (an instance attribute) is served through its dict."""
+        assert kernel.KERNEL is not None
+
+        class DictCollector:
+            def __init__(self, task: Any) -> None:
+                self._task = task
+                self.input: Any = None
+
+            def emit(self, values: list[Any], stream: str = "default") -> list[int]:
+                return self._task.emit(stream, values, self.input, None)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(basic_bolt, "BasicOutputCollector", DictCollector)
+        before = kernel.KERNEL.counters()
+        result = word_count(["the cow jumped over the moon"] * 20)
+        after = kernel.KERNEL.counters()
+        assert sorted(result.acked("sentences")) == list(range(20)) and result.failed("sentences") == []
+        assert sorted(result.emitted("count"))[-1] == ["the", 40]
+        assert after["emit_fast"] - before["emit_fast"] == 2 * 6 * 20
+        assert after["emit_fallback"] == before["emit_fallback"]
+        assert after["tuples_reused"] > before["tuples_reused"]
+
+    def test_an_emit_on_an_equal_stream_name_of_another_object_takes_that_streams_route(self) -> None:
+        """The kernel keeps the route of the last stream object it saw: a stream named by
+        another ``str`` object, equal or not, is looked up again, and its route becomes the last."""
+        assert kernel.KERNEL is not None
+
+        class Fork(BasicBolt):
+            def declare_output_fields(self, declarer: Any) -> None:
+                declarer.declare_stream("default", ["word"])
+                declarer.declare_stream("upper", ["word"])
+
+            def execute(self, tup: RealTuple, collector: BasicOutputCollector) -> None:
+                for word in tup[0].split():
+                    collector.emit([word])
+                    collector.emit([word.upper()], stream="".join(["up", "per"]))  # a new str each time
+                    collector.emit([word], stream="default")
+
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("fork", Fork()).shuffle_grouping("sentences")
+        builder.set_bolt("lower", WordCount()).fields_grouping("fork", ["word"])
+        builder.set_bolt("upper", WordCount()).fields_grouping("fork", ["word"], stream="upper")
+        before = kernel.KERNEL.counters()
+        result = complete_topology(builder.create_topology(), mocked_sources={"sentences": [["a b a"]] * 10})
+        after = kernel.KERNEL.counters()
+        assert sorted(result.acked("sentences")) == list(range(10)) and result.failed("sentences") == []
+        assert dict(sorted(map(tuple, result.emitted("lower")))) == {"a": 40, "b": 20}  # the last count of each
+        assert dict(sorted(map(tuple, result.emitted("upper")))) == {"A": 20, "B": 10}
+        assert after["emit_fallback"] == before["emit_fallback"]
 
     def test_with_no_acker_every_sentence_is_acked_at_emit_and_every_word_counted_in_c(self) -> None:
         """``ackers=0``: no tree is tracked and the task has no acker mail; the C loop must run
