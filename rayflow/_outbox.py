@@ -24,7 +24,7 @@ import pickle
 from array import array
 from collections.abc import Callable
 from operator import xor
-from typing import Any, SupportsIndex
+from typing import Any, ClassVar, SupportsIndex
 
 from ._acking.anchoring import ID_TYPECODE
 
@@ -94,12 +94,18 @@ class DataBatch:
 
     __slots__ = ("values", "trees", "streams", "ends", "joined", "stream")
 
+    new_ids: ClassVar[Callable[[], list[int]]] = list
+    """What ``trees`` is made by: a list, or where the C kernel runs its ``IdBuffer``
+    (``kernel.py`` sets it), which holds the ids as raw 64-bit numbers that the kernel appends
+    without an int per id, and which the emit paths extend (``+=``), index and measure as they
+    would a list."""
+
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
         self.values: list[Any] = []
-        self.trees: list[int] = []
+        self.trees: list[int] = DataBatch.new_ids()
         self.streams: list[str] = []
         self.ends: list[int] = []
         self.joined: list[dict[int, int]] = []
@@ -126,7 +132,13 @@ class DataBatch:
         """The payload of everything added so far, leaving the batch empty."""
         self.ends.append(len(self.values))
         values = ValueColumn(self.values)
-        payload = (task_id, values, id_array(self.trees), self.streams, self.ends, self.joined)
+        trees = self.trees
+        if trees.__class__ is list:
+            ids = id_array(trees)
+        else:  # an IdBuffer: its ids, copied through the buffer protocol
+            ids = array(ID_TYPECODE)
+            ids.frombytes(trees)  # type: ignore[arg-type]
+        payload = (task_id, values, ids, self.streams, self.ends, self.joined)
         self._reset()
         return payload
 

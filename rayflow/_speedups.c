@@ -41,6 +41,11 @@
  *       and collector.input refers to once execute has returned (the bolt kept no reference)
  *       is the next input's: its slots are written again instead of a Tuple being freed and
  *       another allocated; no one can tell (a Tuple takes no weak reference).
+ *   IdBuffer()
+ *       DataBatch.trees where the kernel runs (kernel.py sets DataBatch.new_ids): the batch's ids
+ *       as raw 64-bit numbers, which the emit kernels append without making an int per edge and
+ *       DataBatch.take copies into the payload's array through the buffer protocol (the wire
+ *       carries that array, as in pure Python). The Python emits extend it with += as a list.
  *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "tuples_reused": n,
  *                  "spout_emit_fast": n, "spout_emit_fallback": n, "getitem_fast": n,
  *                  "getitem_fallback": n}
@@ -425,6 +430,193 @@ error:
     return -1;
 }
 
+/* -- IdBuffer ---------------------------------------------------------------------------- */
+/* DataBatch.trees where the kernel runs: a growable array of 64-bit ids (roots and edges, as
+   DataPayload's trees), which the emit kernels append to as raw numbers -- a list would take a
+   new int per edge, and DataBatch.take would convert each id again. The Python emits extend it
+   with ``trees += (root, edge)`` as they extend a list; it indexes, iterates and measures like
+   one, and exports its ids through the buffer protocol (format "L", read-only), which is how
+   DataBatch.take copies them into the payload's array. It does not pickle: the wire carries
+   that array. */
+typedef struct {
+    PyObject_HEAD uint64_t *ids;
+    Py_ssize_t len, cap;
+    Py_ssize_t exports;             /* buffers handed out: no appending while one is */
+    Py_ssize_t shape[1], strides[1]; /* of the buffers handed out (the same for all: len is fixed) */
+} IdBuffer;
+
+static PyTypeObject IdBufferType;
+
+/* room for ``more`` ids; refused while a buffer is exported (its length would change under it) */
+static int ids_reserve(IdBuffer *b, Py_ssize_t more) {
+    if (b->exports > 0) {
+        PyErr_SetString(PyExc_BufferError, "an IdBuffer cannot grow while its buffer is exported");
+        return -1;
+    }
+    if (b->len + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 16;
+    while (cap < b->len + more) {
+        if (cap > PY_SSIZE_T_MAX / 16) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    uint64_t *ids = PyMem_Realloc(b->ids, (size_t)cap * sizeof(uint64_t));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->ids = ids;
+    b->cap = cap;
+    return 0;
+}
+
+/* appends the pair (a, b): a tuple's root and edge */
+static inline int ids_push2(IdBuffer *b, uint64_t x, uint64_t y) {
+    if ((b->exports > 0 || b->len + 2 > b->cap) && ids_reserve(b, 2) < 0) return -1;
+    b->ids[b->len] = x;
+    b->ids[b->len + 1] = y;
+    b->len += 2;
+    return 0;
+}
+
+/* an id from a Python int: 0 <= id < 2**64, else OverflowError (as array('L') raises); -1 with
+   an error set on failure */
+static int id_from(PyObject *o, uint64_t *out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "an id must be an int, not %.200s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLong(o);
+    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *ids_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "IdBuffer() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed: empty */
+}
+
+static void ids_dealloc(IdBuffer *b) {
+    PyMem_Free(b->ids);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static Py_ssize_t ids_length(IdBuffer *b) { return b->len; }
+
+static PyObject *ids_item(IdBuffer *b, Py_ssize_t i) {
+    if (i < 0 || i >= b->len) {
+        PyErr_SetString(PyExc_IndexError, "IdBuffer index out of range");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLong(b->ids[i]);
+}
+
+/* trees += iterable of ids (the Python emits add a (root, edge) tuple); all or nothing */
+static PyObject *ids_inplace_concat(IdBuffer *b, PyObject *other) {
+    PyObject *seq = PySequence_Fast(other, "can only extend an IdBuffer with an iterable of ids");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (ids_reserve(b, n) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (id_from(items[i], &b->ids[b->len + i]) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    b->len += n;
+    Py_DECREF(seq);
+    return Py_NewRef(b);
+}
+
+static PyObject *ids_append(IdBuffer *b, PyObject *o) {
+    uint64_t id;
+    if (id_from(o, &id) < 0 || ids_reserve(b, 1) < 0) return NULL;
+    b->ids[b->len++] = id;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ids_repr(IdBuffer *b) {
+    PyObject *list = PyList_New(b->len);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < b->len; i++) {
+        PyObject *o = PyLong_FromUnsignedLong(b->ids[i]);
+        if (o == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, o);
+    }
+    PyObject *r = PyUnicode_FromFormat("IdBuffer(%R)", list);
+    Py_DECREF(list);
+    return r;
+}
+
+/* Read-only, contiguous: ids of format "L" (8 bytes each) to a consumer that asks for a format,
+   else bytes (itemsize 1), as the buffer protocol wants (array.frombytes asks for bytes). */
+static int ids_getbuffer(IdBuffer *b, Py_buffer *view, int flags) {
+    if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError, "an IdBuffer's buffer is read-only");
+        view->obj = NULL;
+        return -1;
+    }
+    const int typed = (flags & PyBUF_FORMAT) == PyBUF_FORMAT;
+    const Py_ssize_t itemsize = typed ? (Py_ssize_t)sizeof(uint64_t) : 1;
+    b->shape[0] = b->len * (Py_ssize_t)sizeof(uint64_t) / itemsize;
+    b->strides[0] = itemsize;
+    view->buf = b->ids;
+    view->obj = Py_NewRef(b);
+    view->len = b->len * (Py_ssize_t)sizeof(uint64_t);
+    view->readonly = 1;
+    view->itemsize = itemsize;
+    view->format = typed ? "L" : NULL;
+    view->ndim = 1;
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? b->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? b->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    b->exports++;
+    return 0;
+}
+
+static void ids_releasebuffer(IdBuffer *b, Py_buffer *view) { b->exports--; }
+
+static PySequenceMethods ids_as_sequence = {
+    .sq_length = (lenfunc)ids_length,
+    .sq_item = (ssizeargfunc)ids_item,
+    .sq_inplace_concat = (binaryfunc)ids_inplace_concat,
+};
+
+static PyBufferProcs ids_as_buffer = {
+    .bf_getbuffer = (getbufferproc)ids_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)ids_releasebuffer,
+};
+
+static PyMethodDef ids_methods[] = {
+    {"append", (PyCFunction)ids_append, METH_O, "Append one id (0 <= id < 2**64)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject IdBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rayflow._speedups.IdBuffer",
+    .tp_basicsize = sizeof(IdBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = ids_new,
+    .tp_dealloc = (destructor)ids_dealloc,
+    .tp_repr = (reprfunc)ids_repr,
+    .tp_as_sequence = &ids_as_sequence,
+    .tp_as_buffer = &ids_as_buffer,
+    .tp_methods = ids_methods,
+    .tp_doc = "DataBatch.trees in the C build: 64-bit ids, appended raw by the kernels (see the module docstring).",
+};
+
 /* -- EmitKernel -------------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
@@ -512,10 +704,12 @@ static PyObject *route_targets(PyObject *route, Py_ssize_t key, PyObject *choose
 
 /* Adds ``item`` to the batch of each task of ``tasks`` (a list the caller owns, not the route's),
    switching the batch to ``rstream`` first where it holds another stream, as one more edge of
-   the tree ``root`` (``root_o``: a fresh edge id per task, XORed into *val) or untracked (0, 0),
-   and sends each batch that reaches ``batch_size``. On an error *val holds the edges added. */
+   the tree ``root`` (``root_o``, NULL when untracked: a fresh edge id per task, XORed into *val)
+   or untracked (0, 0), and sends each batch that reaches ``batch_size``. The ids go into the
+   batch's trees raw where it is an IdBuffer, as ints where it is a list (a batch made before the
+   kernel was loaded). On an error *val holds the edges added. */
 static int add_to_batches(PyObject *tasks, PyObject *batches, LastHit *last, PyObject *outbox, Py_ssize_t batch_size,
-                          PyObject *rstream, PyObject *item, PyObject *root_o, uint64_t *val) {
+                          PyObject *rstream, PyObject *item, PyObject *root_o, uint64_t root, uint64_t *val) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tasks); i++) {
         PyObject *task = PyList_GET_ITEM(tasks, i);
         PyObject *batch = last->value; /* borrowed: ``last`` or the dict holds it */
@@ -537,11 +731,18 @@ static int add_to_batches(PyObject *tasks, PyObject *batches, LastHit *last, PyO
             Py_DECREF(r);
         }
         PyObject *trees = SLOT(batch, off_b_trees), *bvalues = SLOT(batch, off_b_values);
-        if (trees == NULL || bvalues == NULL || !PyList_CheckExact(trees) || !PyList_CheckExact(bvalues)) {
+        if (trees == NULL || bvalues == NULL || !PyList_CheckExact(bvalues)) {
             PyErr_SetString(PyExc_AttributeError, "a __slots__ member is unset");
             return -1;
         }
-        if (root_o != NULL) {
+        if (Py_TYPE(trees) == &IdBufferType) { /* the C build's: raw ids */
+            uint64_t edge = root_o != NULL ? next_edge() : 0;
+            if (ids_push2((IdBuffer *)trees, root, edge) < 0) return -1;
+            *val ^= edge;
+        } else if (!PyList_CheckExact(trees)) {
+            PyErr_SetString(PyExc_TypeError, "DataBatch.trees is neither an IdBuffer nor a list");
+            return -1;
+        } else if (root_o != NULL) {
             uint64_t edge = next_edge();
             PyObject *edge_o = PyLong_FromUnsignedLong(edge);
             if (edge_o == NULL) return -1;
@@ -672,7 +873,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
         goto error;
     }
     uint64_t val = 0;
-    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root ? root_o : NULL, &val);
+    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root ? root_o : NULL, root, &val);
     Py_DECREF(item);
     if (root && xor_into_val(tup, val) < 0) r = -1; /* even if a send raised, as the Python leaves it */
     if (r) goto error;
@@ -985,7 +1186,7 @@ static PyObject *spout_call(PyObject *self, PyObject *const *args, size_t nargsf
     uint64_t val = 0;
     PyObject *item = single == Py_True ? PyList_GET_ITEM(values, 0) : values;
     Py_INCREF(item);
-    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root_o, &val);
+    int r = add_to_batches(result, k->batches, &k->last_batch, k->outbox, k->batch_size, rstream, item, root_o, root, &val);
     Py_DECREF(item);
     if (r < 0) goto error;
     if (root_o != NULL && start_tree(k, root_o, root, val, msg_id) < 0) goto error;
@@ -1250,7 +1451,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_epoch, "epoch");
     INTERN(s_pending, "pending");
     if ((int_64 = PyLong_FromLong(64)) == NULL || (time_module = PyImport_ImportModule("time")) == NULL) return NULL;
-    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0) return NULL;
+    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0 || PyType_Ready(&IdBufferType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     Py_INCREF(&EmitKernelType);
@@ -1262,6 +1464,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     Py_INCREF(&SpoutEmitType);
     if (PyModule_AddObject(m, "SpoutEmit", (PyObject *)&SpoutEmitType) < 0) {
         Py_DECREF(&SpoutEmitType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&IdBufferType);
+    if (PyModule_AddObject(m, "IdBuffer", (PyObject *)&IdBufferType) < 0) {
+        Py_DECREF(&IdBufferType);
         Py_DECREF(m);
         return NULL;
     }

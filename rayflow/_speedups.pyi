@@ -1,6 +1,6 @@
 """Types of the optional C kernel (``_speedups.c``, whose header says what each name does)."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ._collectors import BasicOutputCollector
@@ -20,8 +20,26 @@ class SpoutEmit:
     def __init__(self, executor: Any, fallback: Callable[..., list[int]], default_stream: str) -> None: ...
     def __call__(self, values: list[Any], msg_id: Any = ..., stream: str = ...) -> list[int]: ...
 
+class IdBuffer:
+    """``DataBatch.trees`` in the C build: 64-bit ids, appended raw by the kernels; extended with
+    ``+=`` and indexed as a list, exported read-only through the buffer protocol."""
+
+    def __init__(self) -> None: ...
+    def __iadd__(self, ids: Iterable[int]) -> IdBuffer: ...
+    def append(self, id: int, /) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def setup(
-    tuple_type: type, source_type: type, batch_type: type, route_type: type, mail_type: type, seed: bytes, /
+    tuple_type: type,
+    source_type: type,
+    batch_type: type,
+    route_type: type,
+    mail_type: type,
+    metrics_type: type,
+    seed: bytes,
+    /,
 ) -> None: ...
 def run_inline(
     task: Any,

@@ -347,7 +347,7 @@ def spout_state(watched: bool, conf: dict[str, Any]) -> dict[str, Any]:
         _, values, trees, streams, ends, _ = pickle.loads(raw)
         sent.append((target, list(values), streams, ends, tree_shape(list(trees))))
     batches = {
-        target: (list(batch.values), list(batch.streams), list(batch.ends), tree_shape(batch.trees))
+        target: (list(batch.values), list(batch.streams), list(batch.ends), tree_shape(list(batch.trees)))
         for target, batch in task._batches.items()
     }
     inits = {root: val for mail in task.outbox.acker_mails for root, val in mail.inits.items()}

@@ -66,6 +66,7 @@ def load_extension(
 
 def _set_up(kernel: ModuleType) -> ModuleType:
     kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
+    DataBatch.new_ids = kernel.IdBuffer  # batches made from now on: the emit kernels append raw ids
     return kernel
 
 
