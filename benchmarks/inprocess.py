@@ -1,6 +1,6 @@
 """The executors alone: word count through the real executors and the real wire format, no Ray.
 
-    python benchmarks/inprocess.py [--sentences N] [--runs R] [--profile] [--no-chaining]
+    python benchmarks/inprocess.py [--sentences N] [--runs R] [--profile] [--no-chaining] [--bytewax]
 
 Every task of spout -> split (shuffle) -> count (fields on word), acking on with one acker, is
 built as the runtime builds it, and every payload is pickled by its sender and unpickled by its
@@ -10,6 +10,11 @@ is left out is only the stream itself. Deliveries follow the runtime's order: co
 traffic) ahead of data, the spout emitting bursts while its pending budget allows. The figure is CPU microseconds
 (``time.process_time``) per word counted, best and median of ``--runs`` runs: the floor the
 executors put under any end-to-end throughput (a 2-core box can at most run two of them at once).
+
+``--bytewax`` runs bytewax's one-worker dataflow of the same split and count (no acking;
+``wordcount.py``'s, in this process) between the runs, timed the same way, and prints its CPU
+per word beside ours and the ratio of the two medians: what each engine's own code costs a
+word on one core of this box, without any crossing between processes.
 
 On a shared, noisy machine, count instructions instead (repeatable to a fraction of a percent):
 run under ``valgrind --tool=callgrind`` with two sizes and divide the difference by the words::
@@ -193,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one run instead")
     parser.add_argument("--no-chaining", action="store_true", help="rayflow.chaining off")
+    parser.add_argument("--bytewax", action="store_true", help="bytewax (1 worker) interleaved, CPU per word")
     args = parser.parse_args(argv)
     conf = {"max_spout_pending": args.max_pending, "chaining": not args.no_chaining}
     if args.profile:
@@ -203,14 +209,40 @@ def main(argv: list[str] | None = None) -> int:
         profiler.runcall(run.run)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return 0
-    figures = [measure(args.sentences, args.split, args.count, conf) for _ in range(args.runs)]
+    figures, theirs = [], []
+    for _ in range(args.runs):
+        figures.append(measure(args.sentences, args.split, args.count, conf))
+        if args.bytewax:
+            theirs.append(measure_bytewax(args.sentences))
     print(
         f"in-process word count ({args.split} split x {args.count} count, 1 acker, pickled"
         f"{', not chained' if args.no_chaining else ''}): "
         f"best {min(figures):.2f} us/word, median {statistics.median(figures):.2f} us/word "
         f"({1e6 / min(figures):,.0f} words/s of one core)"
     )
+    if theirs:
+        ratio = statistics.median(figures) / statistics.median(theirs)
+        print(
+            f"bytewax, 1 worker, no acking: best {min(theirs):.2f} us/word, median {statistics.median(theirs):.2f}"
+            f" us/word; rayflow / bytewax, CPU per word (medians): {ratio:.3f}"
+        )
     return 0
+
+
+def measure_bytewax(sentences: int, batch_size: int = 1000) -> float:
+    """CPU microseconds per word of bytewax's one-worker word count (``wordcount.py``'s flow)."""
+    from bytewax.testing import run_main
+
+    from benchmarks.wordcount import _bytewax_flow
+
+    counted = [0.0, 0.0]
+    flow = _bytewax_flow(sentences, batch_size, counted)
+    gc.collect()
+    started = time.process_time()
+    run_main(flow)
+    elapsed = time.process_time() - started
+    assert counted[0] == words_in(sentences), (counted, sentences)
+    return elapsed / words_in(sentences) * 1e6
 
 
 if __name__ == "__main__":
