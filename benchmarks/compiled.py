@@ -51,8 +51,8 @@ PATCHES: dict[str, list[tuple[str, str]]] = {
     "rayflow/_outbox.py": [
         # ValueColumn subclasses list: mypyc compiles only native classes that inherit from object
         (
-            "from typing import Any, SupportsIndex\n",
-            "from typing import Any, SupportsIndex\n\nfrom mypy_extensions import mypyc_attr\n",
+            "from typing import Any, ClassVar, SupportsIndex\n",
+            "from typing import Any, ClassVar, SupportsIndex\n\nfrom mypy_extensions import mypyc_attr\n",
         ),
         ("class ValueColumn(list[Any]):", "@mypyc_attr(native_class=False)\nclass ValueColumn(list[Any]):"),
     ],
