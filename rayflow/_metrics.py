@@ -71,13 +71,14 @@ class SizeSamples(LatencySamples):
 class TaskMetrics:
     """What one task counts. ``snapshot`` is what travels to the driver.
 
-    Slots, not an instance dict: the counters are bumped once per tuple, from Python and from
-    the C kernel (which writes ``emitted`` through its slot), and a slot is the cheapest place
-    for either to write an attribute."""
+    Slots, not an instance dict: the counters are bumped once per tuple, and a slot is the
+    cheapest place to write an attribute. Emits are counted in two places: the Python emits add
+    to ``python_emits``, the C kernel's to ``kernel_emits`` (an ``EmitCount``, a C integer: an
+    int would be a new object per emit); ``emitted`` is their sum."""
 
     __slots__ = (
-        "component_id", "kind", "emitted", "transferred", "acked", "failed", "executed", "errors",
-        "_last_error", "last_error_at", "latencies", "sizes", "busy_secs", "started", "custom",
+        "component_id", "kind", "python_emits", "kernel_emits", "transferred", "acked", "failed", "executed",
+        "errors", "_last_error", "last_error_at", "latencies", "sizes", "busy_secs", "started", "custom",
     )  # fmt: skip
 
     COUNTERS = ("emitted", "transferred", "acked", "failed", "executed", "errors")
@@ -85,7 +86,11 @@ class TaskMetrics:
     def __init__(self, component_id: str, kind: str) -> None:
         self.component_id = component_id
         self.kind = kind
-        self.emitted = 0
+        self.python_emits = 0
+        """Emits made by the Python emit paths."""
+        self.kernel_emits: Any = None
+        """The C kernel's count of this task's emits (``rayflow._speedups.EmitCount``: its
+        ``value``), set where the kernel serves the task's emits; ``None`` elsewhere."""
         self.transferred = 0
         self.acked = 0
         self.failed = 0
@@ -123,6 +128,12 @@ class TaskMetrics:
         if samples is None:
             samples = self.sizes[name] = SizeSamples()
         return samples
+
+    @property
+    def emitted(self) -> int:
+        """Every emit so far: the Python emits' and the C kernel's."""
+        kernel = self.kernel_emits
+        return self.python_emits if kernel is None else self.python_emits + int(kernel.value)
 
     def count(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` to the own counter ``name``, created at 0 by its first use."""

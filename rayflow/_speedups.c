@@ -41,6 +41,10 @@
  *       and collector.input refers to once execute has returned (the bolt kept no reference)
  *       is the next input's: its slots are written again instead of a Tuple being freed and
  *       another allocated; no one can tell (a Tuple takes no weak reference).
+ *   EmitCount()
+ *       TaskMetrics.kernel_emits of an executor whose emits the kernel serves (set when they are
+ *       wired): the kernels count each emit in it, a C integer, where an int slot would take a
+ *       new int object per emit; TaskMetrics.emitted adds it to python_emits.
  *   IdBuffer()
  *       DataBatch.trees where the kernel runs (kernel.py sets DataBatch.new_ids): the batch's ids
  *       as raw 64-bit numbers, which the emit kernels append without making an int per edge and
@@ -71,8 +75,9 @@
  * (an executor whose observer comes or goes builds its kernels again). Each kernel also keeps the
  * last route it found in routes (by stream object) and the last batch in _batches (by task
  * object): neither dict is mutated after Emitter.__init__ (the Python emits bind the same routes
- * and batches when they are built), so a key object seen last needs no lookup. It counts
- * metrics.emitted through TaskMetrics' slot, and reads collector.input on every call (it
+ * and batches when they are built), so a key object seen last needs no lookup. It counts its
+ * emits in metrics.kernel_emits (an EmitCount; metrics.python_emits through its slot where there
+ * is none), and reads collector.input on every call (it
  * changes while a task runs) through BasicOutputCollector's slot (found when the kernel is
  * built; a collector of a class without it, in its instance dict). It reads a spout's exhausted,
  * tracking, root_bits, _acked_at_emit, _cut, outbox.acker_mails (shared when chained) and
@@ -98,7 +103,7 @@ static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed
     off_r_choose;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
 static Py_ssize_t off_m_acks, off_m_inits;
-static Py_ssize_t off_x_emitted; /* TaskMetrics.emitted */
+static Py_ssize_t off_x_emitted, off_x_kernel_emits; /* TaskMetrics.python_emits, TaskMetrics.kernel_emits */
 static int ready = 0;
 static PyObject *int_zero, *int_one, *int_64, *time_module;
 #define LATENCY_SAMPLE_MASK 7 /* spout.LATENCY_SAMPLE_MASK: a tree is sampled for latency when these bits of its root are 0 */
@@ -241,7 +246,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields, &off_s_index,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
                                    &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
-                                   &off_m_acks, &off_m_inits, &off_x_emitted};
+                                   &off_m_acks, &off_m_inits, &off_x_emitted, &off_x_kernel_emits};
     enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
     Py_ssize_t before[N_OFFSETS];
     for (int i = 0; i < N_OFFSETS; i++) before[i] = *offsets[i];
@@ -256,7 +261,8 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
         member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
-        member_offset(mail_t, "inits", &off_m_inits) || member_offset(metrics_t, "emitted", &off_x_emitted)) {
+        member_offset(mail_t, "inits", &off_m_inits) || member_offset(metrics_t, "python_emits", &off_x_emitted) ||
+        member_offset(metrics_t, "kernel_emits", &off_x_kernel_emits)) {
         for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
     }
@@ -289,8 +295,47 @@ static inline void slot_set(PyObject *obj, Py_ssize_t off, PyObject *value) { /*
     Py_XDECREF(old);
 }
 
-/* metrics.emitted += 1, through the slot (``metrics`` is a TaskMetrics: read_emitter checks) */
+/* -- EmitCount --------------------------------------------------------------------------- */
+/* What the kernels emitted for one task: TaskMetrics.kernel_emits where the kernel runs. A C
+   counter, because an int in a slot would be a new object on every emit. */
+typedef struct {
+    PyObject_HEAD uint64_t n;
+} EmitCount;
+
+static PyObject *emit_count_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "EmitCount() takes no arguments");
+        return NULL;
+    }
+    EmitCount *c = (EmitCount *)type->tp_alloc(type, 0);
+    if (c != NULL) c->n = 0;
+    return (PyObject *)c;
+}
+
+static PyObject *emit_count_value(EmitCount *c, void *closure) { return PyLong_FromUnsignedLongLong(c->n); }
+
+static PyGetSetDef emit_count_getset[] = {
+    {"value", (getter)emit_count_value, NULL, "Emits counted so far.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EmitCountType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rayflow._speedups.EmitCount",
+    .tp_basicsize = sizeof(EmitCount),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = emit_count_new,
+    .tp_getset = emit_count_getset,
+    .tp_doc = "The emits the kernels counted for one task (TaskMetrics.kernel_emits; see the module docstring).",
+};
+
+/* One emit more: into metrics.kernel_emits where it is an EmitCount, else metrics.python_emits
+   += 1 through its slot (``metrics`` is a TaskMetrics: read_emitter checks) */
 static int count_emitted(PyObject *metrics) {
+    PyObject *c = SLOT(metrics, off_x_kernel_emits);
+    if (c != NULL && Py_TYPE(c) == &EmitCountType) {
+        ((EmitCount *)c)->n++;
+        return 0;
+    }
     PyObject *n = SLOT(metrics, off_x_emitted);
     if (n == NULL) {
         PyErr_SetObject(PyExc_AttributeError, s_emitted);
@@ -1425,7 +1470,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_emitted_hook, "_emitted");
     INTERN(s_stream, "stream");
     INTERN(s_input, "input");
-    INTERN(s_emitted, "emitted");
+    INTERN(s_emitted, "python_emits");
     INTERN(s_switch, "switch");
     INTERN(s_remember, "remember");
     INTERN(s_send_batch, "send_batch");
@@ -1451,7 +1496,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_epoch, "epoch");
     INTERN(s_pending, "pending");
     if ((int_64 = PyLong_FromLong(64)) == NULL || (time_module = PyImport_ImportModule("time")) == NULL) return NULL;
-    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0 || PyType_Ready(&IdBufferType) < 0)
+    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0 || PyType_Ready(&IdBufferType) < 0 ||
+        PyType_Ready(&EmitCountType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
@@ -1470,6 +1516,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     Py_INCREF(&IdBufferType);
     if (PyModule_AddObject(m, "IdBuffer", (PyObject *)&IdBufferType) < 0) {
         Py_DECREF(&IdBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EmitCountType);
+    if (PyModule_AddObject(m, "EmitCount", (PyObject *)&EmitCountType) < 0) {
+        Py_DECREF(&EmitCountType);
         Py_DECREF(m);
         return NULL;
     }

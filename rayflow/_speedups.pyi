@@ -20,6 +20,13 @@ class SpoutEmit:
     def __init__(self, executor: Any, fallback: Callable[..., list[int]], default_stream: str) -> None: ...
     def __call__(self, values: list[Any], msg_id: Any = ..., stream: str = ...) -> list[int]: ...
 
+class EmitCount:
+    """``TaskMetrics.kernel_emits``: the emits the kernels counted for one task, in C."""
+
+    def __init__(self) -> None: ...
+    @property
+    def value(self) -> int: ...
+
 class IdBuffer:
     """``DataBatch.trees`` in the C build: 64-bit ids, appended raw by the kernels; extended with
     ``+=`` and indexed as a list, exported read-only through the buffer protocol."""

@@ -385,9 +385,9 @@ class BoltExecutor(Emitter):
                 for tup in tuples:
                     self.outbox.fail_tree(tup._tree)
                 return
-        emitted = self.metrics.emitted
+        emitted = self.metrics.python_emits
         self.emit(CHECKPOINT_STREAM, [txid, action], tuples, None)
-        self.metrics.emitted = emitted
+        self.metrics.python_emits = emitted
         for tup in tuples:
             self.ack_trees(tup)
         self.outbox.urgent = True
@@ -439,6 +439,8 @@ class BoltExecutor(Emitter):
         observe = self._emitted if self._watched else None
         emits = self._input_emits = input_emits(self, self._batches, observe, self.emit_input)
         if kernel.KERNEL is not None:
+            if self.metrics.kernel_emits is None:  # kept when the emit is built again: one count per task
+                self.metrics.kernel_emits = kernel.KERNEL.EmitCount()
             collector.emit = kernel.KERNEL.EmitKernel(  # type: ignore[method-assign]
                 self, collector, self.emit_input, DEFAULT_STREAM
             )
@@ -472,7 +474,7 @@ class BoltExecutor(Emitter):
                 )
         else:
             targets = []
-        self.metrics.emitted += 1
+        self.metrics.python_emits += 1
         if self._watched:
             self._emitted(stream, values, targets)
         if not targets:

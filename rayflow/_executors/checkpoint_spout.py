@@ -71,7 +71,7 @@ class CheckpointSpoutExecutor(SpoutExecutor):
         self.outbox.urgent = True
         self.pending.newest[root] = msg_id
         self.exhausted = False
-        self.metrics.emitted += 1
+        self.metrics.python_emits += 1
         return []
 
     def snapshot(self) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def _emit_on(
                 return fallback(values, stream)
             if len(values) != arity:
                 return emit_any(own, values, collector.input, None)  # raises, naming the stream
-            metrics.emitted += 1
+            metrics.python_emits += 1
             if observe is not None:
                 observe(own, values, [])
             return []
@@ -119,7 +119,7 @@ def _emit_on(
                 targets = known.get(value) or remember(value, choose(task_id, values))
             else:
                 targets = choose(task_id, values)
-        metrics.emitted += 1
+        metrics.python_emits += 1
         if observe is not None:
             observe(own, values, targets)
         item = values[0] if single else values
@@ -139,4 +139,3 @@ def _emit_on(
         return targets.copy()
 
     return emit_read
-

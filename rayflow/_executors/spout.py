@@ -103,6 +103,8 @@ class SpoutExecutor(Emitter):
         ``emit`` below, before doing anything. Built last: it keeps the objects ``emit`` reads
         that are never rebound (routes, batches, outbox, metrics, pending)."""
         collector = self.collector
+        if self.metrics.kernel_emits is None:  # kept when the emit is built again: one count per task
+            self.metrics.kernel_emits = kernel_module.EmitCount()
         collector.emit = kernel_module.SpoutEmit(  # type: ignore[method-assign]
             self, MethodType(SpoutOutputCollector.emit, collector), DEFAULT_STREAM
         )
@@ -171,6 +173,7 @@ class SpoutExecutor(Emitter):
         if self._cut is not None and not self._cut.ready:
             return 0
         metrics = self.metrics
+        kernel_emits = metrics.kernel_emits  # the C emit's count, where it runs (``TaskMetrics``)
         emitted_before = metrics.emitted
         next_tuple = self.spout.next_tuple
         # Nothing leaves ``pending`` during a burst (acks and timeouts come between bursts) and
@@ -186,14 +189,14 @@ class SpoutExecutor(Emitter):
                 spent = True
                 break
             self._poll_after_fail = False
-            before = metrics.emitted
+            before = metrics.python_emits if kernel_emits is None else metrics.python_emits + kernel_emits.value
             try:
                 next_tuple()
             except Exception as exc:
                 self.report_error(exc, "next_tuple raised")
             if self._acked_at_emit:
                 self._deliver_acked_at_emit()
-            if metrics.emitted == before:
+            if (metrics.python_emits if kernel_emits is None else metrics.python_emits + kernel_emits.value) == before:
                 idle = True
                 break
         if self._shuffles and (spent or idle):
@@ -242,7 +245,7 @@ class SpoutExecutor(Emitter):
         else:
             targets = []
         self.exhausted = False
-        self.metrics.emitted += 1
+        self.metrics.python_emits += 1
         if self._watched:
             self._emitted(stream, values, targets, msg_id)
         stream = route.stream
