@@ -1496,34 +1496,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_epoch, "epoch");
     INTERN(s_pending, "pending");
     if ((int_64 = PyLong_FromLong(64)) == NULL || (time_module = PyImport_ImportModule("time")) == NULL) return NULL;
-    if (PyType_Ready(&EmitKernelType) < 0 || PyType_Ready(&SpoutEmitType) < 0 || PyType_Ready(&IdBufferType) < 0 ||
-        PyType_Ready(&EmitCountType) < 0)
-        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
-    Py_INCREF(&EmitKernelType);
-    if (PyModule_AddObject(m, "EmitKernel", (PyObject *)&EmitKernelType) < 0) {
-        Py_DECREF(&EmitKernelType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SpoutEmitType);
-    if (PyModule_AddObject(m, "SpoutEmit", (PyObject *)&SpoutEmitType) < 0) {
-        Py_DECREF(&SpoutEmitType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&IdBufferType);
-    if (PyModule_AddObject(m, "IdBuffer", (PyObject *)&IdBufferType) < 0) {
-        Py_DECREF(&IdBufferType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&EmitCountType);
-    if (PyModule_AddObject(m, "EmitCount", (PyObject *)&EmitCountType) < 0) {
-        Py_DECREF(&EmitCountType);
-        Py_DECREF(m);
-        return NULL;
+    /* each type under the last part of its tp_name (PyModule_AddType readies it too) */
+    PyTypeObject *const types[] = {&EmitKernelType, &SpoutEmitType, &IdBufferType, &EmitCountType};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (PyModule_AddType(m, types[i]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }
