@@ -28,7 +28,7 @@ def word_counts(result: CompletedTopology) -> Counter[str]:
     """The counts of all count tasks together (a fields grouping gives each word to one task)."""
     tasks: list[WordCount] = result.components("count")
     assert not set.intersection(*(set(task.counts) for task in tasks)), "a word was counted by two tasks"
-    return sum((task.counts for task in tasks), Counter())
+    return sum((Counter(task.counts) for task in tasks), Counter())
 
 
 def test_counts_every_word_of_every_sentence() -> None:
