@@ -158,6 +158,7 @@ class TaskActor:
         )
         for task in self._given_up:
             self._transport.give_up(task)
+        actor_nodes = task_nodes  # the driver's: tasks with actors of their own
         task_nodes = {**task_nodes, **dict.fromkeys(self._guests, self._node_id)}
         link: ChainLink | StreamTransport = self._transport
         if self._guests:
@@ -179,7 +180,7 @@ class TaskActor:
             self._outbox = executor.outbox
         self._running = True
         if conf.cpu_pinning:
-            self._core = self._pin(task_nodes)
+            self._core = self._pin(actor_nodes)
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLD)
         self._control_linger = executor.conf.control_linger_ms / 1000.0
@@ -192,12 +193,12 @@ class TaskActor:
             self._start(self._source_loop(executor.conf.linger_ms / 1000.0))
         self._start(self._execute_inbox())
 
-    def _pin(self, task_nodes: dict[int, str]) -> int | None:
-        """Pin this process to its core (``cpu_pinning.py``); the core, or ``None``."""
-        hosts = {task: node for task, node in task_nodes.items() if task not in self._guests}
+    def _pin(self, actor_nodes: dict[int, str]) -> int | None:
+        """Pin this process to its core (``cpu_pinning.py``), given the node of every task with
+        an actor of its own; the core, or ``None``."""
         ackers = {task for task, component in self._layout.items() if component == ACKER_COMPONENT}
         cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-        core = core_for(self._task_id, hosts, ackers, cores)
+        core = core_for(self._task_id, actor_nodes, ackers, cores)
         if core is None or not pin_process(core):
             return None
         logger.info("task %d: pinned to core %d (rayflow.worker.cpu.pinning)", self._task_id, core)
