@@ -73,6 +73,19 @@ def page_value(browser: Any, selector: str, attribute: str = "data-value") -> st
         return None
 
 
+def settled_value(browser: Any, selector: str, attribute: str = "data-value") -> str | None:
+    """``page_value`` read again until the element is there (a redraw can take it away under
+    one read), ``None`` only if it never is within the deadline."""
+    found: list[str | None] = [None]
+
+    def read() -> bool:
+        found[0] = page_value(browser, selector, attribute)
+        return found[0] is not None
+
+    eventually(read, timeout=DEADLINE)
+    return found[0]
+
+
 def emitted(browser: Any) -> int | None:
     text = page_value(browser, '#spouts tr[data-component="sentences"] td[data-field="emitted"]')
     return None if text is None else int(text)
@@ -157,13 +170,13 @@ def test_the_page_watches_a_word_count_and_deactivates_it(ray_cluster: str, brow
         placed = handle.task_metrics()
         for task, m in placed.items():
             row = f'#tasks tr[data-task="{task}"]'
-            assert page_value(browser, f'{row} td[data-field="state"]') == "running"
-            assert page_value(browser, f'{row} td[data-field="node"]') == m["node_ip"]
-            assert json.loads(page_value(browser, f'{row} td[data-field="resources"]') or "") == m["resources"]
-            assert page_value(browser, f'{row} td[data-field="gpu_ids"]') == ", ".join(map(str, m["gpu_ids"]))
-            assert page_value(browser, f'{row} td[data-field="host"]') == str(m["host"]) == str(task)  # none chained
+            assert settled_value(browser, f'{row} td[data-field="state"]') == "running"
+            assert settled_value(browser, f'{row} td[data-field="node"]') == m["node_ip"]
+            assert json.loads(settled_value(browser, f'{row} td[data-field="resources"]') or "") == m["resources"]
+            assert settled_value(browser, f'{row} td[data-field="gpu_ids"]') == ", ".join(map(str, m["gpu_ids"]))
+            assert settled_value(browser, f'{row} td[data-field="host"]') == str(m["host"]) == str(task)  # none chained
         split = [t for t, m in placed.items() if m["component"] == "split"]
-        shown = page_value(browser, f'#tasks tr[data-task="{split[0]}"] td[data-field="resources"]', "textContent")
+        shown = settled_value(browser, f'#tasks tr[data-task="{split[0]}"] td[data-field="resources"]', "textContent")
         assert shown is not None and "GPU 1" in shown
 
         # Enough history for the plots, and an error in the list, for the screenshot.
