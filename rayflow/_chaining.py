@@ -64,6 +64,9 @@ class ForwardGrouping(Grouping):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         return self._target
 
+    def _fixed(self) -> list[int] | None:
+        return self._target
+
     def describe(self) -> str:
         return f"{self.replaces.describe()}, chained"
 

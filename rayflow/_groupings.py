@@ -152,6 +152,22 @@ class Grouping:
         same answer for the same value), if there is one: routes then remember the answers."""
         return None
 
+    def fixed_targets(self) -> list[int] | None:
+        """What ``choose_tasks`` answers for every tuple, when that depends on neither the tuple,
+        the turn nor the load (a grouping with one target task, ``all``, ``global``): a route
+        then sends there without asking, the same as asking would. ``None`` where it may vary,
+        and on any class that chooses in a way of its own."""
+        mro = type(self).__mro__
+        chooses = next(c for c in mro if "choose_tasks" in vars(c))
+        answers = next(c for c in mro if "_fixed" in vars(c))
+        if not issubclass(answers, chooses):
+            return None  # a subclass chooses in its own way and says nothing of it
+        return self._fixed()
+
+    def _fixed(self) -> list[int] | None:
+        """``fixed_targets`` of a built-in grouping, after ``prepare``."""
+        return None
+
     def describe(self) -> str:
         return f"{self.kind}({', '.join(self.fields)})" if self.fields else self.kind
 
@@ -194,6 +210,10 @@ class ShuffleGrouping(Grouping):
         order = [[t] for t in self.targets]
         (self.rng or random).shuffle(order)
         return order
+
+    def _fixed(self) -> list[int] | None:
+        # One target: every turn, run, weight and fallback comes to it.
+        return self._even[0] if len(self.targets) == 1 and len(self._even) == 1 else None
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if self._run is not None:
@@ -285,6 +305,9 @@ class FieldsGrouping(Grouping):
     def keyed_by(self) -> int | None:
         return self._positions[0] if len(self._positions) == 1 else None
 
+    def _fixed(self) -> list[int] | None:
+        return self._singles[0] if len(self._singles) == 1 else None
+
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if len(self._positions) == 1:
             v = values[self._positions[0]]
@@ -309,6 +332,8 @@ class PartialKeyGrouping(FieldsGrouping):
     def keyed_by(self) -> int | None:
         return None  # the choice depends on the load too
 
+    _fixed = FieldsGrouping._fixed  # one target: both candidates are it
+
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         h = stable_hash([values[p] for p in self._positions])
         n = len(self._singles)
@@ -330,6 +355,9 @@ class AllGrouping(Grouping):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         return self.targets
 
+    def _fixed(self) -> list[int] | None:
+        return self.targets
+
 
 class GlobalGrouping(Grouping):
     """The whole stream goes to the bolt's lowest task id."""
@@ -341,6 +369,9 @@ class GlobalGrouping(Grouping):
         self._lowest = self.targets[:1]
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        return self._lowest
+
+    def _fixed(self) -> list[int] | None:
         return self._lowest
 
 

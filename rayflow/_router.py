@@ -39,6 +39,7 @@ class Route:
         "subscribed",
         "key",
         "known",
+        "fixed",
     )
 
     def __init__(self, stream: str, arity: int, direct: bool) -> None:
@@ -62,6 +63,10 @@ class Route:
         its position. The emit paths then look a string value up in ``known`` before calling
         ``choose``, and ``remember`` what it chose."""
         self.known: dict[str, list[int]] = {}
+        self.fixed: list[int] | None = None
+        """The targets of every tuple on this stream, where no grouping's choice can vary
+        (``Grouping.fixed_targets``): the emit paths then take them without asking ``choose``
+        or hashing a key. Shared: do not modify it."""
 
     def remember(self, value: str, targets: list[int]) -> list[int]:
         """Keep where a key went (keys repeat: words, user ids), up to ``KNOWN_KEYS`` of them."""
@@ -75,6 +80,9 @@ class Route:
         """Pick the cheapest way to choose targets for this stream's subscribers."""
         groupings = self.groupings
         self.subscribed = bool(groupings)
+        fixed = [g.fixed_targets() for g in groupings]
+        if groupings and all(f is not None for f in fixed):
+            self.fixed = [t for f in fixed for t in f or ()] if len(fixed) > 1 else fixed[0]
         if len(groupings) == 1:
             self.choose = groupings[0].choose_tasks
             key = groupings[0].keyed_by()

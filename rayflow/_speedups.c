@@ -25,7 +25,7 @@
  *       undeclared or direct stream, a wrong arity, values that are not a list, a stream that is
  *       not a str, arguments emit does not take -- goes whole to ``fallback`` (the collector's
  *       own emit, so SpoutExecutor.emit) before any side effect. On it, what the Python does in
- *       its order: targets (route.known for a str key), executor.exhausted = False,
+ *       its order: targets (route.fixed, else route.known for a str key), executor.exhausted = False,
  *       metrics.emitted, executor._emitted(stream, values, targets, msg_id) if _watched, the root
  *       from executor.root_bits(64) (read per call: the in-process runner seeds it per task; 0
  *       gives anchoring.new_id()) or the msg id into _acked_at_emit without ackers, the tuple in
@@ -100,7 +100,7 @@ _Static_assert(sizeof(unsigned long) == 8, "64-bit unsigned long wanted");
 static PyTypeObject *TupleType, *SourceType, *BatchType, *RouteType, *MailType, *MetricsType;
 static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_fields, off_s_index;
 static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed, off_r_key, off_r_known,
-    off_r_choose;
+    off_r_choose, off_r_fixed;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
 static Py_ssize_t off_m_acks, off_m_inits;
 static Py_ssize_t off_x_emitted, off_x_kernel_emits; /* TaskMetrics.python_emits, TaskMetrics.kernel_emits */
@@ -245,7 +245,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     /* the offsets in use, put back if one is missing: kernels made before keep working */
     Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields, &off_s_index,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
-                                   &off_r_known, &off_r_choose, &off_b_values, &off_b_trees, &off_b_stream,
+                                   &off_r_known, &off_r_choose, &off_r_fixed, &off_b_values, &off_b_trees, &off_b_stream,
                                    &off_m_acks, &off_m_inits, &off_x_emitted, &off_x_kernel_emits};
     enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
     Py_ssize_t before[N_OFFSETS];
@@ -259,6 +259,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         member_offset(route_t, "emit_arity", &off_r_emit_arity) || member_offset(route_t, "single", &off_r_single) ||
         member_offset(route_t, "subscribed", &off_r_subscribed) || member_offset(route_t, "key", &off_r_key) ||
         member_offset(route_t, "known", &off_r_known) || member_offset(route_t, "choose", &off_r_choose) ||
+        member_offset(route_t, "fixed", &off_r_fixed) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
         member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
         member_offset(mail_t, "inits", &off_m_inits) || member_offset(metrics_t, "python_emits", &off_x_emitted) ||
@@ -718,10 +719,13 @@ static inline uint64_t next_edge(void) {
 }
 
 /* The targets of an emit of ``values`` (n of them) on ``route``, as the Python emits choose them:
-   a str key's targets from route.known, else route.remember(value, route.choose(task_id, values));
-   any other key, or none, route.choose(task_id, values). A new reference, or NULL. */
+   route.fixed where it is set; a str key's targets from route.known, else
+   route.remember(value, route.choose(task_id, values)); any other key, or none,
+   route.choose(task_id, values). A new reference, or NULL. */
 static PyObject *route_targets(PyObject *route, Py_ssize_t key, PyObject *choose, PyObject *task_id,
                                PyObject *values, Py_ssize_t n) {
+    PyObject *fixed = SLOT(route, off_r_fixed);
+    if (fixed != NULL && fixed != Py_None) return Py_NewRef(fixed);
     PyObject *choose_args[2] = {task_id, values};
     if (!(key >= 0 && key < n && PyUnicode_CheckExact(PyList_GET_ITEM(values, key))))
         return PyObject_Vectorcall(choose, choose_args, 2, NULL);
@@ -888,7 +892,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
     uint64_t root = PyLong_AsUnsignedLong(root_o);
     if (root == (uint64_t)-1 && PyErr_Occurred()) goto error;
 
-    /* Targets, as emit: a str key is looked up in route.known first. */
+    /* Targets, as emit: route.fixed where set, else a str key is looked up in route.known first. */
     PyObject *key_o = SLOT(route, off_r_key);
     PyObject *choose = SLOT(route, off_r_choose);
     if (key_o == NULL || choose == NULL) goto fallback;

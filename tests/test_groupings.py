@@ -443,3 +443,61 @@ class TestEqualKeys:
             proc.stdin.write(line)
             proc.stdin.flush()
             assert json.loads(proc.stdout.readline()) == here
+
+
+class TestFixedTargets:
+    """Where a grouping's answer cannot vary, routes take it without asking: ``fixed_targets``
+    must then be exactly what ``choose_tasks`` answers for any tuple, turn and load."""
+
+    def one_counter(self, grouping: Grouping) -> Grouping:
+        grouping.prepare(context(1, counters=1), STREAM, [3])
+        return grouping
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            ShuffleGrouping,
+            NoneGrouping,
+            LocalOrShuffleGrouping,
+            lambda: FieldsGrouping(["word"]),
+            lambda: FieldsGrouping(["word", "n"]),
+            lambda: PartialKeyGrouping(["word"]),
+        ],
+        ids=["shuffle", "none", "local_or_shuffle", "fields", "fields2", "partial_key"],
+    )
+    def test_one_target_task_is_every_answer(self, make: Any) -> None:
+        grouping = self.one_counter(make())
+        assert grouping.fixed_targets() == [3]
+        if isinstance(grouping, ShuffleGrouping):
+            grouping.update_load(lambda task: UNREACHABLE)  # unreachable: sent there all the same
+            grouping.next_run()
+        assert {tuple(grouping.choose_tasks(1, [w, i])) for i, w in enumerate("a b c d e f".split())} == {(3,)}
+
+    @pytest.mark.parametrize(
+        "make", [ShuffleGrouping, LocalOrShuffleGrouping, lambda: FieldsGrouping(["word"])], ids=str
+    )
+    def test_several_target_tasks_are_chosen(self, make: Any) -> None:
+        assert prepared(make(), nodes=NODES).fixed_targets() is None
+
+    def test_all_and_global_answer_the_same_for_any_number_of_tasks(self) -> None:
+        every, lowest = prepared(AllGrouping()), prepared(GlobalGrouping())
+        assert every.fixed_targets() == every.choose_tasks(1, ["a", 1]) == COUNTERS
+        assert lowest.fixed_targets() == lowest.choose_tasks(1, ["a", 1]) == [3]
+
+    def test_a_choice_of_ones_own_is_asked(self) -> None:
+        """A custom grouping, or a subclass of a built-in one that chooses in its own way, is
+        asked for every tuple even with one target task."""
+
+        class Mine:
+            def prepare(self, context: TopologyContext, stream: StreamId, target_tasks: list[int]) -> None:
+                pass
+
+            def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+                return []
+
+        class Skipping(ShuffleGrouping):
+            def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+                return [] if values[0] == "skip" else super().choose_tasks(task_id, values)
+
+        assert self.one_counter(CustomGrouping(Mine())).fixed_targets() is None
+        assert self.one_counter(Skipping()).fixed_targets() is None

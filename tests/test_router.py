@@ -74,3 +74,33 @@ class TestLoadAwareShuffle:
         assert len(first) == len(second) == 1 and first != second
         grouping.stop_runs()
         assert len({grouping.choose_tasks(1, ["x"])[0] for _ in range(3)}) == 3
+
+
+class TestFixedRoutes:
+    """A stream whose every grouping answers the same for every tuple is routed without asking."""
+
+    def router(self, split: int, audit: int) -> Router:
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", Sentences())
+        builder.set_bolt("split", Split(), parallelism=split).fields_grouping("sentences", ["sentence"])
+        if audit:
+            builder.set_bolt("audit", Hold(), parallelism=audit).all_grouping("sentences")
+        topology = builder.create_topology()
+        layout = topology.task_layout(ackers=1)
+        spout_task = next(task for task, component in layout.items() if component == "sentences")
+        return Router(topology, TopologyContext(spout_task, layout, topology.stream_fields()))
+
+    def test_one_target_task(self):
+        router = self.router(split=1, audit=0)
+        route = router.routes["default"]
+        assert route.fixed is not None and route.fixed == router.targets("default", ["a b"])
+
+    def test_every_grouping_fixed_adds_up(self):
+        """fields into one task and all into three: the four tasks, each once."""
+        router = self.router(split=1, audit=3)
+        route = router.routes["default"]
+        assert route.fixed is not None and sorted(route.fixed) == sorted(router.targets("default", ["a b"]))
+        assert len(route.fixed) == 4
+
+    def test_a_choice_left_keeps_the_route_asking(self):
+        assert self.router(split=2, audit=3).routes["default"].fixed is None

@@ -464,6 +464,8 @@ class BoltExecutor(Emitter):
         route = self.routes.get(stream)
         if route is None or direct_task is not None or len(values) != route.emit_arity:
             route, targets = self._checked_targets(stream, values, direct_task)
+        elif route.fixed is not None:
+            targets = route.fixed
         elif route.subscribed:
             key = route.key
             if key < 0 or values[key].__class__ is not str:

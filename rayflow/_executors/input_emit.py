@@ -89,6 +89,7 @@ def _emit_on(
 
         return emit_unread
 
+    fixed = route.fixed
     key = route.key
     known = route.known
     choose = route.choose
@@ -111,7 +112,9 @@ def _emit_on(
         root = tup._tree
         if root.__class__ is not int:  # in several trees (or acked already): the general path
             return emit_any(own, values, tup, None)
-        if key < 0:
+        if fixed is not None:
+            targets = fixed
+        elif key < 0:
             targets = choose(task_id, values)
         else:
             value = values[key]
