@@ -37,6 +37,7 @@ __all__ = [
     "SpoutMail",
     "SpoutPayload",
     "ValueColumn",
+    "join_strings",
 ]
 
 DataPayload = tuple[int, list[Any], "array[int]", list[str], list[int], list[dict[int, int]]]
@@ -74,6 +75,18 @@ def _split(joined: str) -> list[str]:
     return joined.split(SEPARATOR)
 
 
+def join_strings(values: list[Any], sep: str) -> str | None:
+    """``sep.join(values)`` where every value is a ``str`` (not a subclass, which the joined
+    string would lose) and none contains ``sep``; ``None`` otherwise, and for no values.
+    (Where the C kernel runs, ``ValueColumn`` uses its ``join_strings``, which checks the types
+    without a call per value: ``kernel.py``.)"""
+    if values and values[0].__class__ is str and list(map(type, values)).count(str) == len(values):
+        joined = sep.join(values)
+        if joined.count(sep) == len(values) - 1:
+            return joined
+    return None
+
+
 class ValueColumn(list[Any]):
     """The values of a batch: a list, which pickles as one string when every value is a
     ``str`` (not a subclass, which the string would lose) and none contains ``SEPARATOR``, and
@@ -81,11 +94,13 @@ class ValueColumn(list[Any]):
 
     __slots__ = ()
 
+    join_strings: ClassVar[Callable[[list[Any], str], str | None]] = staticmethod(join_strings)
+    """How the joined form is made (``join_strings``, or the C kernel's)."""
+
     def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
-        if self and self[0].__class__ is str and list(map(type, self)).count(str) == len(self):
-            joined = SEPARATOR.join(self)
-            if joined.count(SEPARATOR) == len(self) - 1:
-                return _split, (joined,)
+        joined = ValueColumn.join_strings(self, SEPARATOR)
+        if joined is not None:
+            return _split, (joined,)
         return list, (list(self),)
 
 

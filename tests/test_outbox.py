@@ -4,11 +4,21 @@ mail into those inits; ``ValueColumn`` pickles a column of plain strings as one 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split
+from rayflow._executors import kernel
+from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split, join_strings
+
+JOINERS = [pytest.param(join_strings, id="python")] + [
+    pytest.param(
+        getattr(kernel.KERNEL, "join_strings", None),
+        id="c",
+        marks=pytest.mark.skipif(kernel.KERNEL is None, reason=f"the C kernel does not run here: {kernel.BUILD}"),
+    )
+]
 
 
 class Word(str):
@@ -58,7 +68,12 @@ def test_acks_of_other_trees_stay_acks() -> None:
         ([], False),
     ],
 )
-def test_value_column_round_trips(values: list[Any], joined: bool) -> None:
+@pytest.mark.parametrize("joiner", JOINERS)
+def test_value_column_round_trips(
+    values: list[Any], joined: bool, joiner: Callable[[list[Any], str], str | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either build's check (pure Python, or the C kernel's ``join_strings``) joins the same columns."""
+    monkeypatch.setattr(ValueColumn, "join_strings", joiner)
     column = ValueColumn(values)
     assert (column.__reduce_ex__(5)[0] is _split) is joined
     back = pickle.loads(pickle.dumps(column, protocol=5))
