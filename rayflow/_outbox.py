@@ -37,6 +37,8 @@ __all__ = [
     "SpoutMail",
     "SpoutPayload",
     "ValueColumn",
+    "c_flat_mail",
+    "flat_mail",
     "join_strings",
 ]
 
@@ -176,6 +178,36 @@ def _flat_pairs(pairs: dict[int, int]) -> array[int]:
     return id_array(flat)
 
 
+def flat_mail(inits: dict[int, int], acks: dict[int, int]) -> tuple[array[int], array[int]]:
+    """``AckerMail.take``'s id arrays, flat ``root, value`` pairs in the dicts' order: each init
+    with the ack of its root folded in where ``acks`` has one, and the acks of other roots.
+    May empty ``acks`` of what it folds: the mail is reset after."""
+    if inits and acks:
+        if acks.keys() <= inits.keys():  # a chained bolt acked only the host's new trees: fold all, in C
+            inits.update(zip(acks, map(xor, map(inits.__getitem__, acks), acks.values()), strict=True))
+            acks.clear()
+        else:
+            for root in inits.keys() & acks.keys():
+                inits[root] ^= acks.pop(root)
+    return _flat_pairs(inits), _flat_pairs(acks)
+
+
+def c_flat_mail(
+    kernel_flat_mail: Callable[[dict[int, int], dict[int, int]], tuple[Any, Any]],
+) -> Callable[[dict[int, int], dict[int, int]], tuple[array[int], array[int]]]:
+    """``flat_mail`` from the C kernel's, which folds into raw ids without an int per pair and
+    leaves the dicts as they were: its two ``IdBuffer``s copied into id arrays."""
+
+    def flatten(inits: dict[int, int], acks: dict[int, int]) -> tuple[array[int], array[int]]:
+        flat_inits, flat_acks = kernel_flat_mail(inits, acks)
+        out_inits, out_acks = array(ID_TYPECODE), array(ID_TYPECODE)
+        out_inits.frombytes(flat_inits)
+        out_acks.frombytes(flat_acks)
+        return out_inits, out_acks
+
+    return flatten
+
+
 class AckerMail:
     """Pending messages for one acker task: ``inits`` maps root -> checksum (a spout's new
     trees), ``acks`` root -> value, XORed as acks come, until ``take`` flattens both.
@@ -201,18 +233,16 @@ class AckerMail:
     def __len__(self) -> int:
         return len(self.inits) + len(self.acks) + len(self.fails) + len(self.resets)
 
+    flatten: ClassVar[Callable[[dict[int, int], dict[int, int]], tuple[array[int], array[int]]]] = staticmethod(
+        flat_mail
+    )
+    """How ``take`` makes its id arrays (``flat_mail``, or the C kernel's: ``kernel.py``)."""
+
     def take(self, task_id: int) -> AckerPayload:
         """The payload (``AckerPayload``) of everything pending, leaving the mail empty; the
         sender of inits owns their trees."""
-        inits, acks = self.inits, self.acks
-        if inits and acks:
-            if acks.keys() <= inits.keys():  # a chained bolt acked only the host's new trees: fold all, in C
-                inits.update(zip(acks, map(xor, map(inits.__getitem__, acks), acks.values()), strict=True))
-                acks.clear()
-            else:
-                for root in inits.keys() & acks.keys():
-                    inits[root] ^= acks.pop(root)
-        payload = (task_id, _flat_pairs(inits), _flat_pairs(acks), self.fails, self.resets)
+        inits, acks = AckerMail.flatten(self.inits, self.acks)
+        payload = (task_id, inits, acks, self.fails, self.resets)
         self._reset()
         return payload
 

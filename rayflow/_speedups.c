@@ -1453,6 +1453,64 @@ static PyObject *counters(PyObject *mod, PyObject *unused) {
                          n_getitem_fast, "getitem_fallback", n_getitem_fallback);
 }
 
+/* -- AckerMail's wire form --------------------------------------------------------------- */
+/* Appends ``key, value`` of each pair of ``pairs`` (a dict of ints in [0, 2**64)) to ``out`` as
+   raw ids, each value XORed with ``fold[key]`` where ``fold`` (NULL: none) has the key, counted
+   in *folded; with ``skip`` (NULL: none), the pairs whose key it has are left out. */
+static int flat_pairs(PyObject *pairs, PyObject *fold, PyObject *skip, IdBuffer *out, Py_ssize_t *folded) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(pairs, &pos, &k, &v)) {
+        if (skip != NULL) {
+            int has = PyDict_Contains(skip, k);
+            if (has < 0) return -1;
+            if (has) continue;
+        }
+        uint64_t key = PyLong_AsUnsignedLong(k), value = PyLong_AsUnsignedLong(v);
+        if ((key == (uint64_t)-1 || value == (uint64_t)-1) && PyErr_Occurred()) return -1;
+        if (fold != NULL) {
+            PyObject *f = PyDict_GetItemWithError(fold, k); /* borrowed */
+            if (f != NULL) {
+                uint64_t x = PyLong_AsUnsignedLong(f);
+                if (x == (uint64_t)-1 && PyErr_Occurred()) return -1;
+                value ^= x;
+                (*folded)++;
+            } else if (PyErr_Occurred())
+                return -1;
+        }
+        if (ids_reserve(out, 2) < 0) return -1;
+        out->ids[out->len++] = key;
+        out->ids[out->len++] = value;
+    }
+    return 0;
+}
+
+/* flat_mail(inits, acks) -> (IdBuffer, IdBuffer): AckerMail.take's two id arrays, flat
+   ``root, value`` pairs in the dicts' order: each init with the ack of its root folded in where
+   ``acks`` has one (what the acker would make of the init and then the ack), and the acks of
+   the other roots. The dicts are left as they were. */
+static PyObject *flat_mail(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "flat_mail(inits: dict, acks: dict)");
+        return NULL;
+    }
+    PyObject *inits = args[0], *acks = args[1];
+    IdBuffer *flat_inits = (IdBuffer *)PyObject_CallNoArgs((PyObject *)&IdBufferType);
+    IdBuffer *flat_acks = (IdBuffer *)PyObject_CallNoArgs((PyObject *)&IdBufferType);
+    Py_ssize_t folded = 0;
+    if (flat_inits == NULL || flat_acks == NULL) goto error;
+    int some_acks = PyDict_GET_SIZE(acks) > 0;
+    if (flat_pairs(inits, some_acks ? acks : NULL, NULL, flat_inits, &folded) < 0) goto error;
+    if (folded < PyDict_GET_SIZE(acks) &&
+        flat_pairs(acks, NULL, folded ? inits : NULL, flat_acks, &folded) < 0)
+        goto error;
+    return Py_BuildValue("(NN)", flat_inits, flat_acks);
+error:
+    Py_XDECREF(flat_inits);
+    Py_XDECREF(flat_acks);
+    return NULL;
+}
+
 /* -- ValueColumn's wire form ------------------------------------------------------------- */
 /* join_strings(values, sep) -> str | None: sep.join(values) where every value is a str, not a
    subclass (which the joined string would lose), and sep occurs in none of them (the joined
@@ -1480,6 +1538,8 @@ static PyObject *join_strings(PyObject *mod, PyObject *const *args, Py_ssize_t n
 
 /* -- module ------------------------------------------------------------------------------ */
 static PyMethodDef methods[] = {
+    {"flat_mail", (PyCFunction)(void (*)(void))flat_mail, METH_FASTCALL,
+     "flat_mail(inits, acks) -> (IdBuffer, IdBuffer): AckerMail.take's id arrays, acks folded into inits"},
     {"join_strings", (PyCFunction)(void (*)(void))join_strings, METH_FASTCALL,
      "join_strings(values, sep) -> str | None: ValueColumn's joined form, or None where it has none"},
     {"counters", counters, METH_NOARGS, "How many emits ran in C, how many fell back; run_inline calls."},

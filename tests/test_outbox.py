@@ -8,15 +8,21 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rayflow._executors import kernel
-from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split, join_strings
+from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split, c_flat_mail, flat_mail, join_strings
 
+on_the_kernel = pytest.mark.skipif(kernel.KERNEL is None, reason=f"the C kernel does not run here: {kernel.BUILD}")
+FLATTENERS = [pytest.param(flat_mail, id="python")] + [
+    pytest.param(c_flat_mail(getattr(kernel.KERNEL, "flat_mail", flat_mail)), id="c", marks=on_the_kernel)
+]
 JOINERS = [pytest.param(join_strings, id="python")] + [
     pytest.param(
         getattr(kernel.KERNEL, "join_strings", None),
         id="c",
-        marks=pytest.mark.skipif(kernel.KERNEL is None, reason=f"the C kernel does not run here: {kernel.BUILD}"),
+        marks=on_the_kernel,
     )
 ]
 
@@ -30,7 +36,13 @@ def pairs(flat: object) -> dict[int, int]:
     return dict(zip(values[::2], values[1::2], strict=True))
 
 
-def test_every_ack_folds_into_its_init() -> None:
+@pytest.fixture(params=FLATTENERS)
+def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each mail test runs on either build's ``AckerMail.flatten`` (pure Python, or the C kernel's)."""
+    monkeypatch.setattr(AckerMail, "flatten", request.param)
+
+
+def test_every_ack_folds_into_its_init(build: None) -> None:
     """A chained bolt that acked only the host's new trees: one init per tree, no acks."""
     mail = AckerMail()
     mail.inits.update({1: 0b1100, 2: 0b0011, 3: 7})
@@ -43,7 +55,7 @@ def test_every_ack_folds_into_its_init() -> None:
     assert len(mail) == 0
 
 
-def test_acks_of_other_trees_stay_acks() -> None:
+def test_acks_of_other_trees_stay_acks(build: None) -> None:
     """Acks of trees inited elsewhere go as acks; those of the mail's own trees still fold."""
     mail = AckerMail()
     mail.inits.update({1: 5, 2: 6})
@@ -52,6 +64,32 @@ def test_acks_of_other_trees_stay_acks() -> None:
     assert pairs(inits) == {1: 5, 2: 0}
     assert pairs(acks) == {40: 9, 41: 3}
     assert len(mail) == 0
+
+
+def test_only_acks_or_only_inits(build: None) -> None:
+    """A bolt's mail (acks alone) and a spout's (inits alone) go as they are, 64-bit ids whole."""
+    top = 2**64 - 1
+    mail = AckerMail()
+    mail.acks.update({top: 1, 5: top})
+    _, inits, acks, _, _ = mail.take(3)
+    assert len(inits) == 0 and pairs(acks) == {top: 1, 5: top}
+    mail.inits.update({7: top})
+    _, inits, acks, _, _ = mail.take(3)
+    assert pairs(inits) == {7: top} and len(acks) == 0
+
+
+@on_the_kernel
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.integers(1, 40), st.integers(0, 2**64 - 1), max_size=30),
+    st.dictionaries(st.integers(1, 60), st.integers(0, 2**64 - 1), max_size=30),
+)
+def test_both_builds_fold_alike(inits: dict[int, int], acks: dict[int, int]) -> None:
+    """Any mail: the C kernel's arrays are the pure Python's, pair for pair and in order."""
+    c_flatten = c_flat_mail(kernel.KERNEL.flat_mail)  # type: ignore[union-attr]
+    c_inits, c_acks = c_flatten(dict(inits), dict(acks))
+    py_inits, py_acks = flat_mail(dict(inits), dict(acks))
+    assert list(c_inits) == list(py_inits) and list(c_acks) == list(py_acks)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from .._metrics import TaskMetrics
-from .._outbox import AckerMail, DataBatch, ValueColumn
+from .._outbox import AckerMail, DataBatch, ValueColumn, c_flat_mail
 from .._router import Route
 from .._tuple import Tuple, TupleSource
 
@@ -68,6 +68,7 @@ def _set_up(kernel: ModuleType) -> ModuleType:
     kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
     DataBatch.new_ids = kernel.IdBuffer  # batches made from now on: the emit kernels append raw ids
     ValueColumn.join_strings = kernel.join_strings
+    AckerMail.flatten = c_flat_mail(kernel.flat_mail)
     return kernel
 
 
