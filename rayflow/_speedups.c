@@ -663,6 +663,64 @@ static PyTypeObject IdBufferType = {
     .tp_doc = "DataBatch.trees in the C build: 64-bit ids, appended raw by the kernels (see the module docstring).",
 };
 
+/* -- IdReader ------------------------------------------------------------------------------ */
+/* IdReader(ids): an iterator over a received payload's id array (its trees), which a bolt
+   executor reads in order: the Python loops take ints from it as from iter(ids), and run_inline
+   reads it raw -- no int per id it does not need, and one int for consecutive inputs of the
+   same root (the words of a sentence). It holds the array's buffer while it lives (the array
+   cannot be resized meanwhile: nothing appends to a received payload). */
+typedef struct {
+    PyObject_HEAD Py_buffer view;
+    const uint64_t *ids;
+    Py_ssize_t pos, n;
+} IdReader;
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *source;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) != 0) || !PyArg_ParseTuple(args, "O:IdReader", &source)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "IdReader(ids) takes one argument");
+        return NULL;
+    }
+    IdReader *r = (IdReader *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    if (PyObject_GetBuffer(source, &r->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    const char *f = r->view.format ? r->view.format : "B";
+    if (r->view.itemsize != 8 || (strcmp(f, "L") != 0 && strcmp(f, "Q") != 0)) {
+        PyBuffer_Release(&r->view);
+        r->view.obj = NULL;
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "IdReader: an array of unsigned 64-bit ids wanted");
+        return NULL;
+    }
+    r->ids = (const uint64_t *)r->view.buf;
+    r->n = r->view.len / 8;
+    return (PyObject *)r;
+}
+
+static void reader_dealloc(IdReader *r) {
+    if (r->view.obj != NULL) PyBuffer_Release(&r->view);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *reader_next(IdReader *r) {
+    if (r->pos >= r->n) return NULL; /* StopIteration */
+    return PyLong_FromUnsignedLong(r->ids[r->pos++]);
+}
+
+static PyTypeObject IdReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rayflow._speedups.IdReader",
+    .tp_basicsize = sizeof(IdReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = reader_new,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)reader_next,
+    .tp_doc = "iter(ids) of a received payload's trees, which run_inline reads raw (see above).",
+};
+
 /* -- EmitKernel -------------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
@@ -1328,18 +1386,41 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *tup = NULL, *root_o = NULL, *val_o = NULL, *values = NULL;
     PyObject *spare = NULL; /* the last input's Tuple, which nothing but collector.input held: reused */
+    IdReader *raw = Py_TYPE(trees) == &IdReaderType ? (IdReader *)trees : NULL;
+    PyObject *last_root_o = NULL; /* raw: the int of root ``cached``, for the next input of that root */
+    uint64_t root = 0, val = 0, cached = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(column); i++) {
         PyObject *item = PyList_GET_ITEM(column, i);
-        root_o = PyIter_Next(trees);
-        if (root_o == NULL) {
-            if (PyErr_Occurred()) goto error;
-            break;
-        }
-        val_o = PyIter_Next(trees);
-        if (val_o == NULL) {
-            if (PyErr_Occurred()) goto error;
-            Py_CLEAR(root_o);
-            break;
+        if (raw != NULL) {
+            if (raw->n - raw->pos < 2) break;
+            root = raw->ids[raw->pos];
+            val = raw->ids[raw->pos + 1];
+            raw->pos += 2;
+            if (last_root_o == NULL || cached != root) {
+                Py_XSETREF(last_root_o, PyLong_FromUnsignedLong(root));
+                if (last_root_o == NULL) goto error;
+                cached = root;
+            }
+            root_o = Py_NewRef(last_root_o);
+            val_o = PyLong_FromUnsignedLong(val);
+            if (val_o == NULL) goto error;
+        } else {
+            root_o = PyIter_Next(trees);
+            if (root_o == NULL) {
+                if (PyErr_Occurred()) goto error;
+                break;
+            }
+            val_o = PyIter_Next(trees);
+            if (val_o == NULL) {
+                if (PyErr_Occurred()) goto error;
+                Py_CLEAR(root_o);
+                break;
+            }
+            root = PyLong_AsUnsignedLong(root_o);
+            if (root == (uint64_t)-1 && PyErr_Occurred()) goto error;
+            int truth = PyObject_IsTrue(val_o);
+            if (truth < 0) goto error;
+            val = (uint64_t)truth; /* only its truth is read below */
         }
         if (single) {
             values = PyList_New(1);
@@ -1348,10 +1429,7 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         } else {
             values = Py_NewRef(item);
         }
-        uint64_t root = PyLong_AsUnsignedLong(root_o);
-        if (root == (uint64_t)-1 && PyErr_Occurred()) goto error;
-        int val_true = PyObject_IsTrue(val_o);
-        if (val_true < 0) goto error;
+        int val_true = val != 0;
         if (root || !val_true) { /* Tuple(values, source, root, val), slots written directly */
             if (spare != NULL) { /* no one can tell it from a new one: nothing else refers to it */
                 n_reused++;
@@ -1432,12 +1510,14 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         Py_CLEAR(val_o);
     }
     Py_CLEAR(spare);
+    Py_CLEAR(last_root_o);
     if (last_root && fold_ack(mails, last_root, last_val) < 0) goto error;
     if (input_set(collector, &in, Py_None) < 0) goto error;
     Py_XDECREF(in.dict);
     return PyLong_FromSsize_t(failed);
 error:
     Py_XDECREF(in.dict);
+    Py_XDECREF(last_root_o);
     Py_XDECREF(spare);
     Py_XDECREF(tup);
     Py_XDECREF(root_o);
@@ -1590,7 +1670,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     /* each type under the last part of its tp_name (PyModule_AddType readies it too) */
-    PyTypeObject *const types[] = {&EmitKernelType, &SpoutEmitType, &IdBufferType, &EmitCountType};
+    PyTypeObject *const types[] = {&EmitKernelType, &SpoutEmitType, &IdBufferType, &IdReaderType, &EmitCountType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddType(m, types[i]) < 0) {
             Py_DECREF(m);

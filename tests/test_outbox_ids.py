@@ -96,3 +96,33 @@ class TestIdBuffer:
     def test_it_does_not_pickle_the_wire_carries_the_array(self) -> None:
         with pytest.raises(TypeError):
             pickle.dumps(self.new())
+
+
+class TestReadIds:
+    """A bolt executor reads a received payload's trees with ``kernel.read_ids``: the ints
+    ``iter`` would give, whichever build runs (the C kernel's ``IdReader``, which its
+    ``run_inline`` reads raw, is an iterator of the same ints)."""
+
+    def test_the_ints_iter_gives(self) -> None:
+        ids = array(ID_TYPECODE, [1, 2, 0, 0, TOP, 3, TOP, TOP])
+        assert list(kernel.read_ids(ids)) == list(iter(ids))
+        assert list(kernel.read_ids([5, 6])) == [5, 6]  # a list: as it is
+        assert list(kernel.read_ids(array(ID_TYPECODE))) == []
+
+    @on_the_kernel
+    def test_the_reader_holds_the_array_while_it_reads(self) -> None:
+        ids = array(ID_TYPECODE, [1, 2])
+        reader = kernel.read_ids(ids)
+        assert type(reader) is kernel.KERNEL.IdReader  # type: ignore[union-attr]
+        assert next(reader) == 1
+        with pytest.raises(BufferError):
+            ids.append(3)
+        assert list(reader) == [2]
+        del reader
+        ids.append(3)  # released with the reader
+
+    @on_the_kernel
+    def test_an_array_of_other_ids_is_refused(self) -> None:
+        with pytest.raises(TypeError, match="unsigned 64-bit"):
+            kernel.KERNEL.IdReader(array("i", [1, 2]))  # type: ignore[union-attr]
+        assert list(kernel.read_ids(array("i", [1, 2]))) == [1, 2]  # read_ids: iter, then

@@ -127,7 +127,7 @@ class BoltExecutor(Emitter):
         started = batch_started = perf()
         failed = 0
         timed = self._timed if not basic and len(self._timed) < MAX_TIMED else None
-        tree_values = iter(trees)
+        tree_values = kernel.read_ids(trees)
         begin = system = 0
         rest: DataPayload | None = None
         for segment, (stream, end) in enumerate(zip(streams, ends, strict=True)):

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from .._acking.anchoring import ID_TYPECODE
 from .._metrics import TaskMetrics
 from .._outbox import AckerMail, DataBatch, ValueColumn, c_flat_mail
 from .._router import Route
 from .._tuple import Tuple, TupleSource
 
-__all__ = ["BUILD", "KERNEL", "PURE_PYTHON_ENV", "load", "load_extension"]
+__all__ = ["BUILD", "KERNEL", "PURE_PYTHON_ENV", "load", "load_extension", "read_ids"]
 
 T = TypeVar("T")
 
@@ -82,3 +84,22 @@ def load(
 
 KERNEL, BUILD = load()
 """The C kernel (``None``: pure Python), and which build runs."""
+
+
+def _id_reader(kernel: ModuleType | None) -> Callable[[Any], Iterator[int]]:
+    if kernel is None:
+        return iter
+    reader = kernel.IdReader
+
+    def read_ids(ids: Any) -> Iterator[int]:
+        # A payload's id array: the kernel's reader, which run_inline reads raw; anything else
+        # (a list, in tests and batches made before the kernel loaded) as it is.
+        return reader(ids) if ids.__class__ is array and ids.typecode == ID_TYPECODE else iter(ids)
+
+    return read_ids
+
+
+read_ids = _id_reader(KERNEL)
+"""``iter`` of a received payload's trees (``DataPayload``), as the bolt executors read them: the
+C kernel's ``IdReader`` where it runs (an iterator of the same ints, which its ``run_inline``
+reads without an int per id), else ``iter``."""
