@@ -178,10 +178,26 @@ def _flat_pairs(pairs: dict[int, int]) -> array[int]:
     return id_array(flat)
 
 
-def flat_mail(inits: dict[int, int], acks: dict[int, int]) -> tuple[array[int], array[int]]:
-    """``AckerMail.take``'s id arrays, flat ``root, value`` pairs in the dicts' order: each init
-    with the ack of its root folded in where ``acks`` has one, and the acks of other roots.
-    May empty ``acks`` of what it folds: the mail is reset after."""
+def flat_mail(inits: dict[int, int], acks: dict[int, int], raw_acks: Any = ()) -> tuple[array[int], array[int]]:
+    """``AckerMail.take``'s id arrays, flat ``root, value`` pairs: each init, in the order of
+    ``inits``, with every ack of its root folded in (from ``acks``, and from ``raw_acks``: flat
+    ``root, value`` pairs as the C kernel appends them); then the acks of other roots, those of
+    ``acks`` in its order and then those of ``raw_acks`` in theirs -- one pair per root (what
+    the acker would make of them one by one: XOR is associative). May change the dicts: the
+    mail is reset after."""
+    rest: list[int] = []
+    if raw_acks:
+        folded: dict[int, int] = {}
+        pairs = iter(raw_acks)
+        for root, val in zip(pairs, pairs, strict=True):
+            folded[root] = folded.get(root, 0) ^ val
+        for root, val in folded.items():
+            if root in inits:
+                inits[root] ^= val
+            elif root in acks:
+                acks[root] ^= val
+            else:
+                rest += (root, val)
     if inits and acks:
         if acks.keys() <= inits.keys():  # a chained bolt acked only the host's new trees: fold all, in C
             inits.update(zip(acks, map(xor, map(inits.__getitem__, acks), acks.values()), strict=True))
@@ -189,17 +205,25 @@ def flat_mail(inits: dict[int, int], acks: dict[int, int]) -> tuple[array[int], 
         else:
             for root in inits.keys() & acks.keys():
                 inits[root] ^= acks.pop(root)
-    return _flat_pairs(inits), _flat_pairs(acks)
+    flat_acks = _flat_pairs(acks)
+    if rest:
+        flat_acks.fromlist(rest)
+    return _flat_pairs(inits), flat_acks
 
 
 def c_flat_mail(
-    kernel_flat_mail: Callable[[dict[int, int], dict[int, int]], tuple[Any, Any]],
-) -> Callable[[dict[int, int], dict[int, int]], tuple[array[int], array[int]]]:
-    """``flat_mail`` from the C kernel's, which folds into raw ids without an int per pair and
-    leaves the dicts as they were: its two ``IdBuffer``s copied into id arrays."""
+    kernel_flat_mail: Callable[[dict[int, int], dict[int, int], Any], tuple[Any, Any]],
+    id_buffer: type,
+) -> Callable[[dict[int, int], dict[int, int], Any], tuple[array[int], array[int]]]:
+    """``flat_mail`` from the C kernel's, which folds into raw ids without an int per pair: its
+    two ``IdBuffer``s copied into id arrays. It takes the kernel's ``IdBuffer`` (``id_buffer``)
+    as ``raw_acks``; a mail made before the kernel loaded, whose ``raw_acks`` is a list, is
+    flattened by ``flat_mail``."""
 
-    def flatten(inits: dict[int, int], acks: dict[int, int]) -> tuple[array[int], array[int]]:
-        flat_inits, flat_acks = kernel_flat_mail(inits, acks)
+    def flatten(inits: dict[int, int], acks: dict[int, int], raw_acks: Any) -> tuple[array[int], array[int]]:
+        if raw_acks.__class__ is not id_buffer:
+            return flat_mail(inits, acks, raw_acks)
+        flat_inits, flat_acks = kernel_flat_mail(inits, acks, raw_acks)
         out_inits, out_acks = array(ID_TYPECODE), array(ID_TYPECODE)
         out_inits.frombytes(flat_inits)
         out_acks.frombytes(flat_acks)
@@ -219,7 +243,18 @@ class AckerMail:
     the spout's tuples before the mail goes: the acker then gets two messages per word-count
     tree instead of three, and the chained actor sends it one frame instead of two."""
 
-    __slots__ = ("inits", "acks", "fails", "resets")
+    __slots__ = ("inits", "acks", "fails", "resets", "raw_acks")
+
+    new_ids: ClassVar[Callable[[], Any]] = list
+    """What ``raw_acks`` is made by: a list, which stays empty (the Python paths fold their acks
+    into ``acks``), or where the C kernel runs its ``IdBuffer`` (``kernel.py``), to which the
+    kernel's run loop appends ``root, value`` pairs with no int or dict write per ack; ``take``
+    folds them."""
+
+    flatten: ClassVar[Callable[[dict[int, int], dict[int, int], Any], tuple[array[int], array[int]]]] = staticmethod(
+        flat_mail
+    )
+    """How ``take`` makes its id arrays (``flat_mail``, or the C kernel's: ``kernel.py``)."""
 
     def __init__(self) -> None:
         self._reset()
@@ -229,19 +264,15 @@ class AckerMail:
         self.acks: dict[int, int] = {}
         self.fails: list[int] = []
         self.resets: list[int] = []
+        self.raw_acks = AckerMail.new_ids()
 
     def __len__(self) -> int:
-        return len(self.inits) + len(self.acks) + len(self.fails) + len(self.resets)
-
-    flatten: ClassVar[Callable[[dict[int, int], dict[int, int]], tuple[array[int], array[int]]]] = staticmethod(
-        flat_mail
-    )
-    """How ``take`` makes its id arrays (``flat_mail``, or the C kernel's: ``kernel.py``)."""
+        return len(self.inits) + len(self.acks) + len(self.fails) + len(self.resets) + len(self.raw_acks) // 2
 
     def take(self, task_id: int) -> AckerPayload:
         """The payload (``AckerPayload``) of everything pending, leaving the mail empty; the
         sender of inits owns their trees."""
-        inits, acks = AckerMail.flatten(self.inits, self.acks)
+        inits, acks = AckerMail.flatten(self.inits, self.acks, self.raw_acks)
         payload = (task_id, inits, acks, self.fails, self.resets)
         self._reset()
         return payload

@@ -102,7 +102,7 @@ static Py_ssize_t off_t_values, off_t_source, off_t_tree, off_t_val, off_s_field
 static Py_ssize_t off_r_stream, off_r_emit_arity, off_r_single, off_r_subscribed, off_r_key, off_r_known,
     off_r_choose, off_r_fixed;
 static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
-static Py_ssize_t off_m_acks, off_m_inits;
+static Py_ssize_t off_m_acks, off_m_inits, off_m_raw;
 static Py_ssize_t off_x_emitted, off_x_kernel_emits; /* TaskMetrics.python_emits, TaskMetrics.kernel_emits */
 static int ready = 0;
 static PyObject *int_zero, *int_one, *int_64, *time_module;
@@ -246,7 +246,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_ssize_t *const offsets[] = {&off_t_values, &off_t_source, &off_t_tree, &off_t_val, &off_s_fields, &off_s_index,
                                    &off_r_stream, &off_r_emit_arity, &off_r_single, &off_r_subscribed, &off_r_key,
                                    &off_r_known, &off_r_choose, &off_r_fixed, &off_b_values, &off_b_trees, &off_b_stream,
-                                   &off_m_acks, &off_m_inits, &off_x_emitted, &off_x_kernel_emits};
+                                   &off_m_acks, &off_m_inits, &off_m_raw, &off_x_emitted, &off_x_kernel_emits};
     enum { N_OFFSETS = sizeof(offsets) / sizeof(offsets[0]) };
     Py_ssize_t before[N_OFFSETS];
     for (int i = 0; i < N_OFFSETS; i++) before[i] = *offsets[i];
@@ -262,7 +262,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
         member_offset(route_t, "fixed", &off_r_fixed) ||
         member_offset(batch_t, "values", &off_b_values) || member_offset(batch_t, "trees", &off_b_trees) ||
         member_offset(batch_t, "stream", &off_b_stream) || member_offset(mail_t, "acks", &off_m_acks) ||
-        member_offset(mail_t, "inits", &off_m_inits) || member_offset(metrics_t, "python_emits", &off_x_emitted) ||
+        member_offset(mail_t, "inits", &off_m_inits) || member_offset(mail_t, "raw_acks", &off_m_raw) || member_offset(metrics_t, "python_emits", &off_x_emitted) ||
         member_offset(metrics_t, "kernel_emits", &off_x_kernel_emits)) {
         for (int i = 0; i < N_OFFSETS; i++) *offsets[i] = before[i];
         return NULL;
@@ -437,43 +437,6 @@ static inline void last_hit_set(LastHit *h, PyObject *key, PyObject *value) {
     Py_INCREF(value);
     Py_XSETREF(h->key, key);
     Py_XSETREF(h->value, value);
-}
-
-/* acks = mails[root % len(mails)].acks; acks[root] = acks.get(root, 0) ^ val */
-static int fold_ack(PyObject *mails, uint64_t root, uint64_t val) {
-    Py_ssize_t n = PyList_GET_SIZE(mails);
-    if (n == 0) { /* with ackers=0 every root is 0 and nothing is folded */
-        PyErr_SetString(PyExc_RuntimeError, "an input of a tracked tree, but the topology has no acker");
-        return -1;
-    }
-    PyObject *mail = PyList_GET_ITEM(mails, (Py_ssize_t)(root % (uint64_t)n));
-    if (Py_TYPE(mail) != MailType) {
-        PyErr_SetString(PyExc_TypeError, "acker mail of an unexpected type");
-        return -1;
-    }
-    PyObject *acks = SLOT(mail, off_m_acks);
-    if (acks == NULL || !PyDict_CheckExact(acks)) {
-        PyErr_SetString(PyExc_TypeError, "AckerMail.acks is not a dict");
-        return -1;
-    }
-    PyObject *key = PyLong_FromUnsignedLong(root);
-    if (key == NULL) return -1;
-    PyObject *old = PyDict_GetItemWithError(acks, key); /* borrowed */
-    uint64_t o = 0;
-    if (old != NULL) {
-        o = PyLong_AsUnsignedLong(old);
-        if (o == (uint64_t)-1 && PyErr_Occurred()) goto error;
-    } else if (PyErr_Occurred())
-        goto error;
-    PyObject *nv = PyLong_FromUnsignedLong(o ^ val);
-    if (nv == NULL) goto error;
-    int r = PyDict_SetItem(acks, key, nv);
-    Py_DECREF(nv);
-    Py_DECREF(key);
-    return r;
-error:
-    Py_DECREF(key);
-    return -1;
 }
 
 /* -- IdBuffer ---------------------------------------------------------------------------- */
@@ -662,6 +625,53 @@ static PyTypeObject IdBufferType = {
     .tp_methods = ids_methods,
     .tp_doc = "DataBatch.trees in the C build: 64-bit ids, appended raw by the kernels (see the module docstring).",
 };
+
+/* The ack of ``val`` to ``root``'s tree into its acker's mail (mails[root % len(mails)]): appended
+   to mail.raw_acks as raw ids where that is an IdBuffer (flat_mail folds it), else
+   acks[root] = acks.get(root, 0) ^ val in mail.acks, as the Python paths do. */
+static int fold_ack(PyObject *mails, uint64_t root, uint64_t val) {
+    Py_ssize_t n = PyList_GET_SIZE(mails);
+    if (n == 0) { /* with ackers=0 every root is 0 and nothing is folded */
+        PyErr_SetString(PyExc_RuntimeError, "an input of a tracked tree, but the topology has no acker");
+        return -1;
+    }
+    PyObject *mail = PyList_GET_ITEM(mails, (Py_ssize_t)(root % (uint64_t)n));
+    if (Py_TYPE(mail) != MailType) {
+        PyErr_SetString(PyExc_TypeError, "acker mail of an unexpected type");
+        return -1;
+    }
+    PyObject *raw = SLOT(mail, off_m_raw);
+    if (raw != NULL && Py_TYPE(raw) == &IdBufferType) {
+        IdBuffer *b = (IdBuffer *)raw;
+        if (ids_reserve(b, 2) < 0) return -1;
+        b->ids[b->len++] = root;
+        b->ids[b->len++] = val;
+        return 0;
+    }
+    PyObject *acks = SLOT(mail, off_m_acks);
+    if (acks == NULL || !PyDict_CheckExact(acks)) {
+        PyErr_SetString(PyExc_TypeError, "AckerMail.acks is not a dict");
+        return -1;
+    }
+    PyObject *key = PyLong_FromUnsignedLong(root);
+    if (key == NULL) return -1;
+    PyObject *old = PyDict_GetItemWithError(acks, key); /* borrowed */
+    uint64_t o = 0;
+    if (old != NULL) {
+        o = PyLong_AsUnsignedLong(old);
+        if (o == (uint64_t)-1 && PyErr_Occurred()) goto error;
+    } else if (PyErr_Occurred())
+        goto error;
+    PyObject *nv = PyLong_FromUnsignedLong(o ^ val);
+    if (nv == NULL) goto error;
+    int r = PyDict_SetItem(acks, key, nv);
+    Py_DECREF(nv);
+    Py_DECREF(key);
+    return r;
+error:
+    Py_DECREF(key);
+    return -1;
+}
 
 /* -- IdReader ------------------------------------------------------------------------------ */
 /* IdReader(ids): an iterator over a received payload's id array (its trees), which a bolt
@@ -1565,29 +1575,109 @@ static int flat_pairs(PyObject *pairs, PyObject *fold, PyObject *skip, IdBuffer 
     return 0;
 }
 
-/* flat_mail(inits, acks) -> (IdBuffer, IdBuffer): AckerMail.take's two id arrays, flat
-   ``root, value`` pairs in the dicts' order: each init with the ack of its root folded in where
-   ``acks`` has one (what the acker would make of the init and then the ack), and the acks of
-   the other roots. The dicts are left as they were. */
+/* The pairs of ``raw`` (root, value, root, value, ...) with one pair per root, the values of a
+   root XORed together, in the order each root first came: a new IdBuffer, or NULL. An open-
+   addressing table of indexes into the result, twice the pairs' count or more, finds a root's
+   pair. */
+static IdBuffer *fold_raw(IdBuffer *raw) {
+    Py_ssize_t pairs = raw->len / 2, size = 16;
+    while (size < 2 * pairs) size *= 2;
+    Py_ssize_t *table = PyMem_Calloc((size_t)size, sizeof(Py_ssize_t)); /* 0: empty, else index + 1 */
+    IdBuffer *out = (IdBuffer *)PyObject_CallNoArgs((PyObject *)&IdBufferType);
+    if (table == NULL || out == NULL || ids_reserve(out, 2 * pairs) < 0) {
+        PyMem_Free(table);
+        Py_XDECREF(out);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < pairs; i++) {
+        uint64_t root = raw->ids[2 * i], val = raw->ids[2 * i + 1];
+        uint64_t h = root * 0x9E3779B97F4A7C15ULL; /* roots are random already: spread the high bits */
+        Py_ssize_t at = (Py_ssize_t)(h >> 32) & (size - 1);
+        while (table[at] != 0 && out->ids[2 * (table[at] - 1)] != root) at = (at + 1) & (size - 1);
+        if (table[at] != 0) {
+            out->ids[2 * (table[at] - 1) + 1] ^= val;
+        } else {
+            table[at] = out->len / 2 + 1;
+            out->ids[out->len++] = root;
+            out->ids[out->len++] = val;
+        }
+    }
+    PyMem_Free(table);
+    return out;
+}
+
+/* flat_mail(inits, acks, raw_acks) -> (IdBuffer, IdBuffer): AckerMail.take's two id arrays, flat
+   ``root, value`` pairs: each init, in the order of ``inits``, with every ack of its root folded
+   in (from ``acks`` and from ``raw_acks``, the kernel's raw pairs: what the acker would make of
+   the init and then the acks); then the acks of other roots, those of ``acks`` in its order and
+   then those of ``raw_acks`` in theirs -- one pair per root: a raw ack of a root ``acks`` has
+   folds into that, and raw acks of one root into one (fold_raw). The dicts may be changed (the
+   mail is reset after); ``raw_acks`` is left as it was. */
 static PyObject *flat_mail(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "flat_mail(inits: dict, acks: dict)");
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        Py_TYPE(args[2]) != &IdBufferType) {
+        PyErr_SetString(PyExc_TypeError, "flat_mail(inits: dict, acks: dict, raw_acks: IdBuffer)");
         return NULL;
     }
     PyObject *inits = args[0], *acks = args[1];
+    IdBuffer *raw = (IdBuffer *)args[2];
     IdBuffer *flat_inits = (IdBuffer *)PyObject_CallNoArgs((PyObject *)&IdBufferType);
     IdBuffer *flat_acks = (IdBuffer *)PyObject_CallNoArgs((PyObject *)&IdBufferType);
+    IdBuffer *rest = NULL; /* the raw acks of roots without an init here */
     Py_ssize_t folded = 0;
     if (flat_inits == NULL || flat_acks == NULL) goto error;
+    if (raw->len > 0) {
+        rest = fold_raw(raw);
+        if (rest == NULL) goto error;
+        if (PyDict_GET_SIZE(inits) > 0 || PyDict_GET_SIZE(acks) > 0) {
+            /* a root of the raw acks with an init here folds into it, or else into the ack of its
+               root in ``acks``; the others stay in ``rest`` */
+            Py_ssize_t kept = 0;
+            for (Py_ssize_t i = 0; i + 1 < rest->len; i += 2) {
+                uint64_t root = rest->ids[i], val = rest->ids[i + 1];
+                PyObject *key = PyLong_FromUnsignedLong(root);
+                if (key == NULL) goto error;
+                PyObject *into = inits, *have = PyDict_GetItemWithError(inits, key); /* borrowed */
+                if (have == NULL && !PyErr_Occurred() && PyDict_GET_SIZE(acks) > 0) {
+                    into = acks;
+                    have = PyDict_GetItemWithError(acks, key);
+                }
+                int r = 0;
+                if (have != NULL) {
+                    uint64_t x = PyLong_AsUnsignedLong(have);
+                    PyObject *nv = x == (uint64_t)-1 && PyErr_Occurred() ? NULL : PyLong_FromUnsignedLong(x ^ val);
+                    r = nv == NULL ? -1 : PyDict_SetItem(into, key, nv);
+                    Py_XDECREF(nv);
+                } else if (PyErr_Occurred()) {
+                    r = -1;
+                } else {
+                    rest->ids[kept++] = root;
+                    rest->ids[kept++] = val;
+                }
+                Py_DECREF(key);
+                if (r < 0) goto error;
+            }
+            rest->len = kept;
+        }
+    }
     int some_acks = PyDict_GET_SIZE(acks) > 0;
     if (flat_pairs(inits, some_acks ? acks : NULL, NULL, flat_inits, &folded) < 0) goto error;
     if (folded < PyDict_GET_SIZE(acks) &&
         flat_pairs(acks, NULL, folded ? inits : NULL, flat_acks, &folded) < 0)
         goto error;
+    IdBuffer *tail = rest != NULL ? rest : raw;
+    if (tail->len > 0) {
+        if (ids_reserve(flat_acks, tail->len) < 0) goto error;
+        memcpy(flat_acks->ids + flat_acks->len, tail->ids, (size_t)tail->len * sizeof(uint64_t));
+        flat_acks->len += tail->len;
+    }
+    Py_XDECREF(rest);
     return Py_BuildValue("(NN)", flat_inits, flat_acks);
 error:
     Py_XDECREF(flat_inits);
     Py_XDECREF(flat_acks);
+    Py_XDECREF(rest);
     return NULL;
 }
 
@@ -1619,7 +1709,7 @@ static PyObject *join_strings(PyObject *mod, PyObject *const *args, Py_ssize_t n
 /* -- module ------------------------------------------------------------------------------ */
 static PyMethodDef methods[] = {
     {"flat_mail", (PyCFunction)(void (*)(void))flat_mail, METH_FASTCALL,
-     "flat_mail(inits, acks) -> (IdBuffer, IdBuffer): AckerMail.take's id arrays, acks folded into inits"},
+     "flat_mail(inits, acks, raw_acks) -> (IdBuffer, IdBuffer): AckerMail.take's id arrays, acks folded into inits"},
     {"join_strings", (PyCFunction)(void (*)(void))join_strings, METH_FASTCALL,
      "join_strings(values, sep) -> str | None: ValueColumn's joined form, or None where it has none"},
     {"counters", counters, METH_NOARGS, "How many emits ran in C, how many fell back; run_inline calls."},

@@ -15,8 +15,9 @@ from rayflow._executors import kernel
 from rayflow._outbox import SEPARATOR, AckerMail, ValueColumn, _split, c_flat_mail, flat_mail, join_strings
 
 on_the_kernel = pytest.mark.skipif(kernel.KERNEL is None, reason=f"the C kernel does not run here: {kernel.BUILD}")
-FLATTENERS = [pytest.param(flat_mail, id="python")] + [
-    pytest.param(c_flat_mail(getattr(kernel.KERNEL, "flat_mail", flat_mail)), id="c", marks=on_the_kernel)
+C_FLAT_MAIL = None if kernel.KERNEL is None else c_flat_mail(kernel.KERNEL.flat_mail, kernel.KERNEL.IdBuffer)
+FLATTENERS = [pytest.param((flat_mail, list), id="python")] + [
+    pytest.param((C_FLAT_MAIL, getattr(kernel.KERNEL, "IdBuffer", list)), id="c", marks=on_the_kernel)
 ]
 JOINERS = [pytest.param(join_strings, id="python")] + [
     pytest.param(
@@ -38,8 +39,11 @@ def pairs(flat: object) -> dict[int, int]:
 
 @pytest.fixture(params=FLATTENERS)
 def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each mail test runs on either build's ``AckerMail.flatten`` (pure Python, or the C kernel's)."""
-    monkeypatch.setattr(AckerMail, "flatten", request.param)
+    """Each mail test runs on either build's ``AckerMail.flatten`` and ``raw_acks`` (pure Python,
+    or the C kernel's)."""
+    flatten, new_ids = request.param
+    monkeypatch.setattr(AckerMail, "flatten", flatten)
+    monkeypatch.setattr(AckerMail, "new_ids", new_ids)
 
 
 def test_every_ack_folds_into_its_init(build: None) -> None:
@@ -79,17 +83,39 @@ def test_only_acks_or_only_inits(build: None) -> None:
 
 
 @on_the_kernel
+def test_the_run_loops_raw_acks_fold_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C run loop appends its acks raw (``raw_acks``): those of the mail's own trees fold
+    into their inits, those of a root the dict has into its ack, and the others into one ack
+    per root after the dict's."""
+    monkeypatch.setattr(AckerMail, "flatten", C_FLAT_MAIL)
+    monkeypatch.setattr(AckerMail, "new_ids", kernel.KERNEL.IdBuffer)  # type: ignore[union-attr]
+    mail = AckerMail()
+    mail.inits.update({1: 0b1100, 2: 0b0011})
+    mail.acks.update({1: 0b0001, 50: 4})
+    mail.raw_acks += (2, 0b0011, 60, 1, 1, 0b1000, 60, 2, 50, 1, 70, 5)
+    assert len(mail) == 2 + 2 + 6
+    _, inits, acks, _, _ = mail.take(9)
+    assert pairs(inits) == {1: 0b0101, 2: 0}
+    assert list(acks) == [50, 5, 60, 3, 70, 5]
+    assert len(mail) == 0
+
+
+@on_the_kernel
 @settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(st.integers(1, 40), st.integers(0, 2**64 - 1), max_size=30),
     st.dictionaries(st.integers(1, 60), st.integers(0, 2**64 - 1), max_size=30),
+    st.lists(st.tuples(st.integers(1, 60), st.integers(0, 2**64 - 1)), max_size=30),
 )
-def test_both_builds_fold_alike(inits: dict[int, int], acks: dict[int, int]) -> None:
+def test_both_builds_fold_alike(inits: dict[int, int], acks: dict[int, int], raw: list[tuple[int, int]]) -> None:
     """Any mail: the C kernel's arrays are the pure Python's, pair for pair and in order."""
-    c_flatten = c_flat_mail(kernel.KERNEL.flat_mail)  # type: ignore[union-attr]
-    c_inits, c_acks = c_flatten(dict(inits), dict(acks))
-    py_inits, py_acks = flat_mail(dict(inits), dict(acks))
+    assert C_FLAT_MAIL is not None
+    raw_acks = kernel.KERNEL.IdBuffer()  # type: ignore[union-attr]
+    raw_acks += [i for pair in raw for i in pair]
+    c_inits, c_acks = C_FLAT_MAIL(dict(inits), dict(acks), raw_acks)
+    py_inits, py_acks = flat_mail(dict(inits), dict(acks), [i for pair in raw for i in pair])
     assert list(c_inits) == list(py_inits) and list(c_acks) == list(py_acks)
+    assert list(raw_acks) == [i for pair in raw for i in pair]  # left as it was
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,8 @@ def _set_up(kernel: ModuleType) -> ModuleType:
     kernel.setup(Tuple, TupleSource, DataBatch, Route, AckerMail, TaskMetrics, os.urandom(32))
     DataBatch.new_ids = kernel.IdBuffer  # batches made from now on: the emit kernels append raw ids
     ValueColumn.join_strings = kernel.join_strings
-    AckerMail.flatten = c_flat_mail(kernel.flat_mail)
+    AckerMail.flatten = c_flat_mail(kernel.flat_mail, kernel.IdBuffer)
+    AckerMail.new_ids = kernel.IdBuffer  # mails made from now on: the run loop appends raw acks
     return kernel
 
 
