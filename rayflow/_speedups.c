@@ -105,7 +105,7 @@ static Py_ssize_t off_b_values, off_b_trees, off_b_stream;
 static Py_ssize_t off_m_acks, off_m_inits, off_m_raw;
 static Py_ssize_t off_x_emitted, off_x_kernel_emits; /* TaskMetrics.python_emits, TaskMetrics.kernel_emits */
 static int ready = 0;
-static PyObject *int_zero, *int_one, *int_64, *time_module;
+static PyObject *int_zero, *int_one, *int_64, *time_module, *empty_list;
 #define LATENCY_SAMPLE_MASK 7 /* spout.LATENCY_SAMPLE_MASK: a tree is sampled for latency when these bits of its root are 0 */
 
 static PyObject *s_stream, *s_emitted_hook, *s_watched, *s_input, *s_emitted, *s_switch, *s_remember, *s_send_batch, *s_ack_trees,
@@ -739,9 +739,36 @@ typedef struct {
     PyObject *executor_dict; /* its instance dict */
     InputRef input; /* where the collector keeps input */
     LastHit last_route, last_batch; /* routes[stream], _batches[task]: the last looked up */
+    PyObject *returned, *returned_empty; /* the last lists emit returned (returned_copy) */
     Py_ssize_t batch_size;
     int watched; /* executor._watched when built: the executor builds its kernel again when it changes */
 } EmitKernel;
+
+/* targets.copy(), as emit returns it: the list the kernel returned last (``*last``) again where
+   nothing else holds it -- the caller dropped it, as ``collector.emit([word])`` does -- and it has
+   as many items, with the targets' items put in; else a new copy, which becomes ``*last``. A
+   list no one else holds cannot be told from a new one. (An emit that runs while an outer emit
+   of the same kernel holds its list finds it held, and copies.) */
+static PyObject *returned_copy(PyObject **last, PyObject *targets) {
+    Py_ssize_t n = PyList_GET_SIZE(targets);
+    PyObject *ret = *last;
+    if (ret != NULL && Py_REFCNT(ret) == 1 && PyList_GET_SIZE(ret) == n) {
+        int ints = 1; /* the items it holds are ints (a caller may have put others in): dropping one runs no code */
+        for (Py_ssize_t i = 0; i < n && ints; i++) ints = PyLong_CheckExact(PyList_GET_ITEM(ret, i));
+        if (ints) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *old = PyList_GET_ITEM(ret, i);
+                PyList_SET_ITEM(ret, i, Py_NewRef(PyList_GET_ITEM(targets, i)));
+                Py_DECREF(old);
+            }
+            return Py_NewRef(ret);
+        }
+    }
+    PyObject *copy = PyList_GetSlice(targets, 0, n);
+    if (copy == NULL) return NULL;
+    Py_XSETREF(*last, Py_NewRef(copy));
+    return copy;
+}
 
 static unsigned long long n_fast, n_fallback, n_inline, n_reused; /* what ran where (counters()) */
 
@@ -757,7 +784,7 @@ static int watched_emit(EmitKernel *k, PyObject *stream, PyObject *values, PyObj
 
 /* the object references a EmitKernel holds: what the collector visits and clears */
 #define EMIT_KERNEL_REFS(X) X(executor) X(collector) X(fallback) X(default_stream) X(routes) X(batches) X(outbox) X(metrics) X(task_id) X(executor_dict) X(input.dict) \
-    X(last_route.key) X(last_route.value) X(last_batch.key) X(last_batch.value)
+    X(last_route.key) X(last_route.value) X(last_batch.key) X(last_batch.value) X(returned) X(returned_empty)
 
 static int kernel_traverse(EmitKernel *k, visitproc visit, void *arg) {
 #define VISIT_REF(m) Py_VISIT(k->m);
@@ -941,7 +968,7 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
     if (subscribed == Py_False) { /* nobody reads the stream: nothing to send, no tree to join */
         n_fast++;
         if (count_emitted(k->metrics) < 0) return NULL;
-        result = PyList_New(0);
+        result = returned_copy(&k->returned_empty, empty_list);
         if (result == NULL || watched_emit(k, stream, values, result) < 0) {
             Py_XDECREF(result);
             return NULL;
@@ -977,14 +1004,14 @@ static PyObject *kernel_call(PyObject *self, PyObject *const *args, size_t nargs
     }
     Py_ssize_t nt = PyList_GET_SIZE(targets);
     if (nt == 0) {
-        result = PyList_New(0);
+        result = returned_copy(&k->returned_empty, empty_list);
         goto done;
     }
     PyObject *rstream = SLOT(route, off_r_stream);
     if (rstream == NULL) goto error_attr;
     PyObject *item = SLOT(route, off_r_single) == Py_True ? PyList_GET_ITEM(values, 0) : values;
     Py_INCREF(item);
-    result = PyList_GetSlice(targets, 0, nt); /* targets.copy(), taken before any send */
+    result = returned_copy(&k->returned, targets); /* targets.copy(), taken before any send */
     if (result == NULL) {
         Py_DECREF(item);
         goto error;
@@ -1726,7 +1753,9 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "rayflow._speedups
         return NULL;
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if ((int_zero = PyLong_FromLong(0)) == NULL || (int_one = PyLong_FromLong(1)) == NULL) return NULL;
+    if ((int_zero = PyLong_FromLong(0)) == NULL || (int_one = PyLong_FromLong(1)) == NULL ||
+        (empty_list = PyList_New(0)) == NULL)
+        return NULL;
     INTERN(s_watched, "_watched");
     INTERN(s_emitted_hook, "_emitted");
     INTERN(s_stream, "stream");

@@ -389,3 +389,41 @@ def test_the_c_spout_emit_leaves_what_the_python_one_leaves(watched: bool, acker
     fast = after["spout_emit_fast"] - before["spout_emit_fast"]
     assert fast == 9  # the untracked, tracked, keyed, unread and msg-id calls; the rest fell back
     assert after["spout_emit_fallback"] - before["spout_emit_fallback"] == len(SPOUT_CALLS) - 1 - fast
+
+
+class KeepsWhatEmitReturns(BasicBolt):
+    """Keeps some of the lists ``emit`` returns, and mutates and drops others: a list it keeps
+    must stay as it was, and one it dropped must not come back changed (the C kernel hands a
+    list nobody holds out again)."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declare(declarer)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.kept: list[tuple[list[int], list[int]]] = []
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        for stream in ("words", "unread"):
+            first = collector.emit(["kept"], stream=stream)
+            self.kept.append((first, list(first)))
+            dropped: list[Any] = collector.emit(["dropped"], stream=stream)
+            dropped.append(-1)
+            dropped.insert(0, "not a task")
+            del dropped
+            again = collector.emit(["again"], stream=stream)
+            assert again is not first
+            self.kept.append((again, list(again)))
+
+
+def test_the_lists_emit_returns_are_the_callers_own() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("inputs", Inputs())
+    builder.set_bolt("under_test", KeepsWhatEmitReturns()).global_grouping("inputs")
+    builder.set_bolt("every", Sink(), parallelism=2).all_grouping("under_test", stream="words")
+    result = complete_topology(builder.create_topology())
+    (bolt,) = result.components("under_test")
+    assert len(bolt.kept) == 4 * INPUTS
+    assert all(returned == as_returned for returned, as_returned in bolt.kept)  # none changed since
+    to_every = [sorted(r) for r, _ in bolt.kept if r]  # on ``words``: both tasks of ``every``
+    assert len(to_every) == 2 * INPUTS and len(set(map(tuple, to_every))) == 1 and len(set(to_every[0])) == 2
+    assert all(type(task) is int for task in to_every[0])
