@@ -27,7 +27,8 @@
  *       own emit, so SpoutExecutor.emit) before any side effect. On it, what the Python does in
  *       its order: targets (route.fixed, else route.known for a str key), executor.exhausted = False,
  *       metrics.emitted, executor._emitted(stream, values, targets, msg_id) if _watched, the root
- *       from executor.root_bits(64) (read per call: the in-process runner seeds it per task; 0
+ *       from executor.root_bits(64) (drawn by the kernel where that is anchoring.getrandbits, the
+ *       default; read per call: the in-process runner seeds it per task; 0
  *       gives anchoring.new_id()) or the msg id into _acked_at_emit without ackers, the tuple in
  *       each target's batch with an edge id, the init in the acker mail, pending.newest[root],
  *       _started[root] = time.perf_counter() for a root sampled for latency, and
@@ -1160,10 +1161,34 @@ static int append_to(PyObject *seq, PyObject *item) {
     return r == NULL ? -1 : 0;
 }
 
-/* A new tree's root: executor.root_bits(64) or anchoring.new_id() (a new reference, or NULL) */
+/* A new tree's root: executor.root_bits(64) or anchoring.new_id() (a new reference, or NULL).
+   Where root_bits is anchoring.getrandbits, the default (a generator seeded from os.urandom, as
+   the kernel's own is), the kernel draws the bits itself: any 64 random bits but 0 will do, and a
+   call of the generator costs more than the rest of the emit's bookkeeping of the root. A seeded
+   root_bits (the in-process runner's) is called, so that a run repeats. */
+static PyObject *default_root_bits; /* anchoring.getrandbits, once looked up */
+
 static PyObject *draw_root(SpoutEmit *k, uint64_t *root) {
     PyObject *bits = dict_attr(k->executor_dict, s_root_bits);
     if (bits == NULL) return NULL;
+    if (default_root_bits == NULL) {
+        PyObject *anchoring = PyImport_ImportModule("rayflow._acking.anchoring");
+        if (anchoring == NULL) {
+            Py_DECREF(bits);
+            return NULL;
+        }
+        default_root_bits = PyObject_GetAttrString(anchoring, "getrandbits");
+        Py_DECREF(anchoring);
+        if (default_root_bits == NULL) {
+            Py_DECREF(bits);
+            return NULL;
+        }
+    }
+    if (bits == default_root_bits) {
+        Py_DECREF(bits);
+        *root = next_edge();
+        return PyLong_FromUnsignedLong(*root);
+    }
     PyObject *root_o = PyObject_CallOneArg(bits, int_64);
     Py_DECREF(bits);
     if (root_o == NULL) return NULL;
@@ -1459,7 +1484,15 @@ static PyObject *run_inline(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             if (truth < 0) goto error;
             val = (uint64_t)truth; /* only its truth is read below */
         }
-        if (single) {
+        PyObject *old_values = spare != NULL ? SLOT(spare, off_t_values) : NULL;
+        if (single && old_values != NULL && PyList_CheckExact(old_values) && Py_REFCNT(old_values) == 1 &&
+            PyList_GET_SIZE(old_values) == 1) {
+            /* the spare Tuple's list, which nothing else holds either: refilled, as the Tuple is */
+            PyObject *previous = PyList_GET_ITEM(old_values, 0);
+            PyList_SET_ITEM(old_values, 0, Py_NewRef(item));
+            Py_DECREF(previous);
+            values = Py_NewRef(old_values);
+        } else if (single) {
             values = PyList_New(1);
             if (values == NULL) goto error;
             PyList_SET_ITEM(values, 0, Py_NewRef(item));

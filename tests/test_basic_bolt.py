@@ -225,3 +225,36 @@ class TestBasicBolt:
         wire.run()
         assert wire.spout().failed == [1]
         assert "has no field 'word'" in wire.task("bolt").metrics.last_error
+
+
+class KeepsInputs(BasicBolt):
+    """Keeps every second input's values list and every third input whole."""
+
+    outputs = ["word"]
+
+    def prepare(self, conf: dict[str, object], context: object) -> None:
+        self.values: list[list[object]] = []
+        self.tuples: list[Tuple] = []
+        self.seen = 0
+
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        if self.seen % 2 == 0:
+            self.values.append(tup.values)
+        if self.seen % 3 == 0:
+            self.tuples.append(tup)
+        self.seen += 1
+
+
+def test_what_a_bolt_keeps_of_its_inputs_stays_as_it_was() -> None:
+    """The run loop reuses an input's Tuple and values list for the next input only where the
+    bolt kept neither: the ones it kept still hold their own values after the batch."""
+    wire = Wire(pipeline(KeepsInputs()))
+    bolt = wire.task("bolt")
+    spout_task = wire.tasks("sentences")[0].task_id
+    sentences = [f"sentence {i}" for i in range(12)]
+    trees = array(ID_TYPECODE, [x for i in range(len(sentences)) for x in (0xC0 << 40 | i, 1 << i)])
+    bolt.receive((spout_task, sentences, trees, ["default"], [len(sentences)], []))
+    (kept,) = wire.bolts("bolt")
+    assert kept.values == [[s] for s in sentences[::2]]
+    assert [t.values for t in kept.tuples] == [[s] for s in sentences[::3]]
+    assert bolt.metrics.acked == len(sentences)

@@ -257,3 +257,20 @@ class TestSaturatedSpout:
         assert seen[0] == [2, 2]
         assert sorted(seen[1]) == [0, 4] and sorted(seen[2]) == [0, 4] and seen[1] != seen[2]
         assert sorted(wire.spout().acked) == list(range(12))
+
+
+class TestRoots:
+    def test_every_tree_has_a_root_of_its_own(self):
+        """Each tracked sentence starts a tree with a non-zero root of its own (where the C
+        kernel runs and ``root_bits`` is the default, the kernel draws it), and every tree
+        completes once its words are counted."""
+        wire = Wire(wordcount())
+        sentences = 300
+        for i in range(sentences):
+            wire.spout().feed("the cow jumped", msg_id=i)
+        spout = wire.task("sentences")
+        spout.run_burst(sentences)
+        roots = list(spout.pending)
+        assert len(roots) == len(set(roots)) == sentences and all(0 < r < 2**64 for r in roots)
+        wire.settle()
+        assert sorted(wire.spout().acked) == list(range(sentences))
