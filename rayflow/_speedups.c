@@ -41,7 +41,9 @@
  *       FailedException, and fails), anything else propagates. A Tuple that nothing but the loop
  *       and collector.input refers to once execute has returned (the bolt kept no reference)
  *       is the next input's: its slots are written again instead of a Tuple being freed and
- *       another allocated; no one can tell (a Tuple takes no weak reference).
+ *       another allocated, and its values list, where nothing else holds that either, refilled;
+ *       no one can tell (a Tuple takes no weak reference). The list an emit returns is likewise
+ *       the one it returned last where the caller dropped it (returned_copy).
  *   EmitCount()
  *       TaskMetrics.kernel_emits of an executor whose emits the kernel serves (set when they are
  *       wired): the kernels count each emit in it, a C integer, where an int slot would take a
@@ -51,6 +53,17 @@
  *       as raw 64-bit numbers, which the emit kernels append without making an int per edge and
  *       DataBatch.take copies into the payload's array through the buffer protocol (the wire
  *       carries that array, as in pure Python). The Python emits extend it with += as a list.
+ *       AckerMail.raw_acks too (AckerMail.new_ids): the run loop appends each root's ack there.
+ *   IdReader(ids)
+ *       kernel.read_ids of a received payload's id array: an iterator of its ints for every
+ *       Python loop, which run_inline reads raw (no int per id it does not need, one for the
+ *       inputs of one root in a row).
+ *   flat_mail(inits, acks, raw_acks) -> (IdBuffer, IdBuffer)
+ *       AckerMail.take's arrays (kernel.py wraps it as AckerMail.flatten): every ack folded into
+ *       its root's init, or into one ack per root, as _outbox.flat_mail does.
+ *   join_strings(values, sep) -> str | None
+ *       ValueColumn's joined wire form, as _outbox.join_strings checks it: every value a plain
+ *       str (checked without a call per value), none holding sep.
  *   counters() -> {"emit_fast": n, "emit_fallback": n, "run_inline": n, "tuples_reused": n,
  *                  "spout_emit_fast": n, "spout_emit_fallback": n, "getitem_fast": n,
  *                  "getitem_fallback": n}
