@@ -213,7 +213,7 @@ class ShuffleGrouping(Grouping):
 
     def _fixed(self) -> list[int] | None:
         # One target: every turn, run, weight and fallback comes to it.
-        return self._even[0] if len(self.targets) == 1 and len(self._even) == 1 else None
+        return self._even[0] if len(self.targets) == 1 else None
 
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
         if self._run is not None:

@@ -655,13 +655,7 @@ static int fold_ack(PyObject *mails, uint64_t root, uint64_t val) {
         return -1;
     }
     PyObject *raw = SLOT(mail, off_m_raw);
-    if (raw != NULL && Py_TYPE(raw) == &IdBufferType) {
-        IdBuffer *b = (IdBuffer *)raw;
-        if (ids_reserve(b, 2) < 0) return -1;
-        b->ids[b->len++] = root;
-        b->ids[b->len++] = val;
-        return 0;
-    }
+    if (raw != NULL && Py_TYPE(raw) == &IdBufferType) return ids_push2((IdBuffer *)raw, root, val);
     PyObject *acks = SLOT(mail, off_m_acks);
     if (acks == NULL || !PyDict_CheckExact(acks)) {
         PyErr_SetString(PyExc_TypeError, "AckerMail.acks is not a dict");
@@ -1641,9 +1635,7 @@ static int flat_pairs(PyObject *pairs, PyObject *fold, PyObject *skip, IdBuffer 
             } else if (PyErr_Occurred())
                 return -1;
         }
-        if (ids_reserve(out, 2) < 0) return -1;
-        out->ids[out->len++] = key;
-        out->ids[out->len++] = value;
+        if (ids_push2(out, key, value) < 0) return -1;
     }
     return 0;
 }
